@@ -1,0 +1,5 @@
+import sys
+
+from tfam.cli import main
+
+sys.exit(main())

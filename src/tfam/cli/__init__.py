@@ -1,0 +1,60 @@
+"""The `tfam` command: one subcommand per module in this package.
+
+Each module exposes ``register(subparsers)`` (adds its parser, with an example in the epilog,
+and sets ``func=run``) and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand modules, in the order `tfam --help` lists them.
+COMMAND_MODULES = ["list", "explain", "train", "eval", "predict", "viz"]
+
+EPILOG = """examples:
+  tfam list vit*                                   presets with their sizes
+  tfam explain vit_base_patch16_224                step-by-step shapes, parameters, FLOPs
+  tfam train vit --data digits --out runs/digits   train a ViT on real images
+  tfam eval runs/digits                            accuracy, per-class table, confusion matrix
+  tfam viz attention runs/digits digit.png --out attention.png
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfam",
+        description="The Transformer family: train, run, compare and understand Transformers.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from tfam import __version__
+
+    parser.add_argument("--version", action="version", version=f"tfam {__version__}")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"tfam.cli.{name}_cmd" if name == "list" else f"tfam.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as err:
+        # Bad input is the user's to fix: say what is wrong, without a traceback.
+        print(f"tfam: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tfam: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The position-wise MLP: expand D -> ffn_dim, activation, project back to D."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tfam.config import ACTIVATIONS, check_choice
+
+_PLAIN = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+_GATED = {"swiglu": F.silu, "geglu": F.gelu}
+
+
+class FeedForward(nn.Module):
+    """X2 = act(X W1 + b1) W2 + b2; gated kinds use act(X W1) * (X V) (Shazeer 2020).
+
+    (B, L, D) -> (B, L, D); the hidden is (B, L, ffn_dim).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        ffn_dim: int | None = None,
+        activation: str = "gelu",
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        check_choice("activation", activation, ACTIVATIONS)
+        ffn_dim = 4 * dim if ffn_dim is None else ffn_dim
+        self.activation = activation
+        self.gated = activation in _GATED
+        self.act = _GATED[activation] if self.gated else _PLAIN[activation]
+        self.fc1 = nn.Linear(dim, (2 if self.gated else 1) * ffn_dim, bias=bias)
+        self.fc2 = nn.Linear(ffn_dim, dim, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.fc1(x)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            h = self.act(gate) * up
+        else:
+            h = self.act(h)
+        return self.fc2(self.dropout(h))

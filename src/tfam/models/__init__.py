@@ -1,0 +1,17 @@
+"""Families: compositions of layers, plus the registry of named presets."""
+
+from tfam.models.base import MODEL_CLASSES, TfamModel, from_pretrained
+from tfam.models.registry import PRESETS, count_parameters, create_config, create_model, list_models
+from tfam.models.vit import ViT
+
+__all__ = [
+    "MODEL_CLASSES",
+    "PRESETS",
+    "TfamModel",
+    "ViT",
+    "count_parameters",
+    "create_config",
+    "create_model",
+    "from_pretrained",
+    "list_models",
+]

@@ -1,0 +1,69 @@
+"""Named presets and ``create_model``: a name is a family plus config values."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tfam.config import config_class
+from tfam.models.base import MODEL_CLASSES, TfamModel
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    family: str
+    description: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+PRESETS: dict[str, Preset] = {}
+
+
+def register_preset(name: str, family: str, description: str, **values: Any) -> None:
+    if name in PRESETS:
+        raise ValueError(f"preset {name!r} is registered twice")
+    PRESETS[name] = Preset(name, family, description, values)
+
+
+def list_models(pattern: str = "*") -> list[str]:
+    """Preset names matching a shell-style pattern, sorted."""
+    return sorted(n for n in PRESETS if fnmatch.fnmatch(n, pattern))
+
+
+def _resolve(name: str, overrides: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    if name in PRESETS:
+        preset = PRESETS[name]
+        return preset.family, {**preset.values, **overrides}
+    if name in MODEL_CLASSES:
+        return name, dict(overrides)
+    close = [n for n in list(PRESETS) + list(MODEL_CLASSES) if n.split("_")[0] == name.split("_")[0]]
+    raise ValueError(
+        f"model name {name!r} is unknown: expected a family ({', '.join(sorted(MODEL_CLASSES))}) "
+        f"or a preset{' such as ' + ', '.join(close[:6]) if close else ''} (see `tfam list`)"
+    )
+
+
+def create_config(name: str, **overrides: Any):
+    family, values = _resolve(name, overrides)
+    cls = config_class(family)
+    from tfam.config import check_fields
+
+    check_fields(cls, values)
+    return cls(**values)
+
+
+def create_model(name: str, **overrides: Any) -> TfamModel:
+    """A registered preset (``vit_base_patch16_224``) or a family (``vit``) with config fields
+    as keyword overrides: ``create_model('vit', image_size=8, patch_size=2, in_channels=1)``."""
+    config = create_config(name, **overrides)
+    return MODEL_CLASSES[config.family](config)
+
+
+def count_parameters(name: str, **overrides: Any) -> int:
+    """Parameter count of a preset without allocating its weights (built on the meta device)."""
+    with torch.device("meta"):
+        return create_model(name, **overrides).num_parameters()
