@@ -1,0 +1,48 @@
+# Fresh machine:  make demo   (install, train a ViT on real images, report accuracy, draw attention)
+#                 make test   (install, run the default test suite)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tfam-installed
+RUN    ?= runs/digits
+
+.PHONY: install data demo test lint bench fashion slow clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Fashion-MNIST ships as a Debian package; install it when we may (root) and it is missing.
+data:
+	@if [ ! -d /usr/share/datasets/fashion-mnist ] && [ ! -d $$HOME/.cache/tfam/fashion-mnist ]; then \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null; \
+	  else echo "Fashion-MNIST missing: sudo apt-get install dataset-fashion-mnist"; fi; fi
+
+demo: install
+	$(BIN)/tfam train vit --data digits --out $(RUN)
+	$(BIN)/tfam viz attention $(RUN) test:0 --out $(RUN)/attention.png
+	@echo "attention map: $(RUN)/attention.png"
+
+test: install data
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
+
+slow: install data
+	$(BIN)/python -m pytest -q -m slow
+
+bench: install
+	$(BIN)/python benchmarks/bench_vit.py
+
+fashion: install data
+	$(BIN)/tfam train vit --data fashion-mnist --out runs/fashion-mnist
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache
