@@ -34,7 +34,9 @@ def check_positive_int(field_name: str, value: Any, allow_zero: bool = False) ->
     ok = isinstance(value, int) and not isinstance(value, bool)
     if not ok or value < 0 or (value == 0 and not allow_zero):
         raise config_error(
-            field_name, value, "expected a non-negative int" if allow_zero else "expected a positive int"
+            field_name,
+            value,
+            "expected a non-negative int" if allow_zero else "expected a positive int",
         )
 
 
@@ -209,7 +211,9 @@ class ViTConfig(BaseConfig):
         check_choice("pool", self.pool, POOLS)
         check_choice("position", self.position, VIT_POSITIONS)
         if self.pool == "cls" and not self.class_token:
-            raise config_error("pool", self.pool, "pool='cls' needs class_token=True; use pool='mean'")
+            raise config_error(
+                "pool", self.pool, "pool='cls' needs class_token=True; use pool='mean'"
+            )
         if self.representation_size is not None:
             check_positive_int("representation_size", self.representation_size)
         if self.final_norm is None:

@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tfam {__version__}")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        module = importlib.import_module(f"tfam.cli.{name}_cmd" if name == "list" else f"tfam.cli.{name}")
+        module = importlib.import_module(
+            f"tfam.cli.{name}_cmd" if name == "list" else f"tfam.cli.{name}"
+        )
         module.register(sub)
     return parser
 

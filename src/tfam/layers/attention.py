@@ -53,7 +53,9 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = t.shape
         return t.view(b, n, self.heads, self.head_dim).transpose(1, 2)
 
-    def project_qkv(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def project_qkv(
+        self, x: Tensor, context: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V, each (B, H, L, Dh)."""
         if self.fused_qkv:
             if context is None:

@@ -14,14 +14,21 @@ class PatchEmbed(nn.Module):
     convolution whose kernel and stride are the patch size; the convolution is how it runs.
     """
 
-    def __init__(self, image_size: int | tuple[int, int], patch_size: int | tuple[int, int],
-                 in_channels: int, dim: int) -> None:
+    def __init__(
+        self,
+        image_size: int | tuple[int, int],
+        patch_size: int | tuple[int, int],
+        in_channels: int,
+        dim: int,
+    ) -> None:
         super().__init__()
         self.image_size = as_pair("image_size", image_size)
         self.patch_size = as_pair("patch_size", patch_size)
         self.in_channels = in_channels
-        self.grid_size = (self.image_size[0] // self.patch_size[0],
-                          self.image_size[1] // self.patch_size[1])
+        self.grid_size = (
+            self.image_size[0] // self.patch_size[0],
+            self.image_size[1] // self.patch_size[1],
+        )
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.patch_dim = self.patch_size[0] * self.patch_size[1] * in_channels
         self.proj = nn.Conv2d(in_channels, dim, kernel_size=self.patch_size, stride=self.patch_size)

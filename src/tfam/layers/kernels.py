@@ -94,7 +94,9 @@ def sdpa_attention(
         attn_mask = bias.to(q.dtype)
         if mask is not None:
             attn_mask = attn_mask.masked_fill(~mask, torch.finfo(q.dtype).min)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+    )
     if mask is not None:
         # torch's kernels differ on rows with no allowed key (NaN or uniform); ours are zero.
         out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

@@ -29,7 +29,9 @@ class TfamModel(nn.Module):
     def __init__(self, config: BaseConfig) -> None:
         super().__init__()
         if not isinstance(config, self.config_class):
-            raise TypeError(f"{type(self).__name__} takes a {self.config_class.__name__}, got {config!r}")
+            raise TypeError(
+                f"{type(self).__name__} takes a {self.config_class.__name__}, got {config!r}"
+            )
         self.config = config
 
     def init_weights(self) -> None:
@@ -63,7 +65,9 @@ class TfamModel(nn.Module):
                 m.set_kernel(attention)
         self.config.attention = attention
 
-    def adapt_state_dict(self, state: dict[str, torch.Tensor], saved: BaseConfig) -> dict[str, torch.Tensor]:
+    def adapt_state_dict(
+        self, state: dict[str, torch.Tensor], saved: BaseConfig
+    ) -> dict[str, torch.Tensor]:
         """Hook for loading weights saved under another config (e.g. another image size)."""
         return state
 
@@ -81,7 +85,9 @@ class TfamModel(nn.Module):
         return directory
 
 
-def from_pretrained(directory: str | Path, map_location: str = "cpu", **overrides: Any) -> TfamModel:
+def from_pretrained(
+    directory: str | Path, map_location: str = "cpu", **overrides: Any
+) -> TfamModel:
     """Load a model written by ``save_pretrained``. Config fields may be overridden
     (e.g. ``image_size=384`` resamples the learned position table, ``attention='math'``)."""
     from safetensors.torch import load_file

@@ -40,7 +40,9 @@ def _resolve(name: str, overrides: dict[str, Any]) -> tuple[str, dict[str, Any]]
         return preset.family, {**preset.values, **overrides}
     if name in MODEL_CLASSES:
         return name, dict(overrides)
-    close = [n for n in list(PRESETS) + list(MODEL_CLASSES) if n.split("_")[0] == name.split("_")[0]]
+    close = [
+        n for n in list(PRESETS) + list(MODEL_CLASSES) if n.split("_")[0] == name.split("_")[0]
+    ]
     raise ValueError(
         f"model name {name!r} is unknown: expected a family ({', '.join(sorted(MODEL_CLASSES))}) "
         f"or a preset{' such as ' + ', '.join(close[:6]) if close else ''} (see `tfam list`)"

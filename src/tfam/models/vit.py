@@ -1,12 +1,12 @@
 """Vision Transformer (Dosovitskiy et al. 2021), as the seed describes it:
 
-    image (B, C, H, W)
-      -> patches: N = (H / P_h) * (W / P_w), each flattened to P_h * P_w * C
-      -> linear projection to D                              (B, N, D)
-      -> prepend [CLS]                                       (B, N+1, D)
-      -> + learned position embedding                        (B, N+1, D)
-      -> depth x [ X1 = X0 + MHSA(LN(X0));  X_out = X1 + MLP(LN(X1)) ]
-      -> LN -> [CLS] token (or mean of patches) -> head      (B, num_classes)
+image (B, C, H, W)
+  -> patches: N = (H / P_h) * (W / P_w), each flattened to P_h * P_w * C
+  -> linear projection to D                              (B, N, D)
+  -> prepend [CLS]                                       (B, N+1, D)
+  -> + learned position embedding                        (B, N+1, D)
+  -> depth x [ X1 = X0 + MHSA(LN(X0));  X_out = X1 + MLP(LN(X1)) ]
+  -> LN -> [CLS] token (or mean of patches) -> head      (B, num_classes)
 """
 
 from __future__ import annotations
@@ -94,7 +94,10 @@ class ViT(TfamModel):
         if self.cls_token is not None:
             tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
         if self.pos_embed is not None:
-            grid = (x.shape[-2] // self.config.patch_size[0], x.shape[-1] // self.config.patch_size[1])
+            grid = (
+                x.shape[-2] // self.config.patch_size[0],
+                x.shape[-1] // self.config.patch_size[1],
+            )
             tokens = tokens + self.position_embedding(grid)
         return self.pos_drop(tokens)
 
