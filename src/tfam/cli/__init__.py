@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         # Bad input is the user's to fix: say what is wrong, without a traceback.
         print(f"tfam: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `tfam explain ... | head`: the reader left; that is not an error.
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("tfam: interrupted", file=sys.stderr)
         return 130
