@@ -11,7 +11,7 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `tfam --help` lists them.
-COMMAND_MODULES = ["list", "explain", "train", "eval", "predict", "viz"]
+COMMAND_MODULES = ["list", "explain", "train", "eval", "predict", "viz", "convert"]
 
 EPILOG = """examples:
   tfam list vit*                                   presets with their sizes
