@@ -40,6 +40,12 @@ def check_positive_int(field_name: str, value: Any, allow_zero: bool = False) ->
         )
 
 
+def check_bool(field_name: str, value: Any) -> None:
+    # JSON written by hand may say "false"; a non-empty string is truthy, so refuse it.
+    if not isinstance(value, bool):
+        raise config_error(field_name, value, "expected true or false (a bool)")
+
+
 def check_probability(field_name: str, value: Any) -> None:
     if not isinstance(value, int | float) or not 0.0 <= float(value) < 1.0:
         raise config_error(field_name, value, "expected a float in [0, 1)")
@@ -112,6 +118,8 @@ class BaseConfig:
         for name in ("dropout", "attn_dropout", "drop_path"):
             check_probability(name, getattr(self, name))
         check_choice("attention", self.attention, sorted(KERNELS))
+        for name in ("norm_first", "qkv_bias", "fused_qkv"):
+            check_bool(name, getattr(self, name))
         if not isinstance(self.init_std, int | float) or self.init_std <= 0:
             raise config_error("init_std", self.init_std, "expected a positive float")
 
@@ -210,6 +218,7 @@ class ViTConfig(BaseConfig):
         check_positive_int("num_classes", self.num_classes, allow_zero=True)
         check_choice("pool", self.pool, POOLS)
         check_choice("position", self.position, VIT_POSITIONS)
+        check_bool("class_token", self.class_token)
         if self.pool == "cls" and not self.class_token:
             raise config_error(
                 "pool", self.pool, "pool='cls' needs class_token=True; use pool='mean'"
@@ -218,6 +227,7 @@ class ViTConfig(BaseConfig):
             check_positive_int("representation_size", self.representation_size)
         if self.final_norm is None:
             self.final_norm = bool(self.norm_first)
+        check_bool("final_norm", self.final_norm)
 
     @property
     def grid_size(self) -> tuple[int, int]:

@@ -58,14 +58,15 @@ def math_attention(
     """softmax(Q K^T / sqrt(Dh) + bias) V, written out; returns the weights too."""
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    # Softmax in float32 whatever the input dtype (bf16 scores lose the small weights).
-    scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale
+    # Softmax in at least float32 (bf16 scores lose the small weights); float64 stays float64.
+    acc = torch.promote_types(q.dtype, torch.float32)
+    scores = torch.matmul(q, k.transpose(-2, -1)).to(acc) * scale
     if bias is not None:
-        scores = scores + bias.float()
+        scores = scores + bias.to(acc)
     if mask is not None:
         # A finite fill keeps fully masked rows NaN-free in forward and backward;
         # those rows are then zeroed explicitly.
-        scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
+        scores = scores.masked_fill(~mask, torch.finfo(acc).min)
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
         weights = weights * mask.any(dim=-1, keepdim=True)

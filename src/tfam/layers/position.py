@@ -31,7 +31,9 @@ def resample_pos_embed(
         )
     d = grid.shape[-1]
     grid = grid.reshape(1, gh, gw, d).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid.float(), size=tuple(new_grid), mode="bicubic", align_corners=False)
+    # Interpolate in at least float32 (half precision loses the table); float64 stays float64.
+    work = torch.promote_types(grid.dtype, torch.float32)
+    grid = F.interpolate(grid.to(work), size=tuple(new_grid), mode="bicubic", align_corners=False)
     grid = grid.to(pos_embed.dtype).permute(0, 2, 3, 1).reshape(1, -1, d)
     return torch.cat([prefix, grid], dim=1)
 

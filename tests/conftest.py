@@ -1,0 +1,112 @@
+"""Shared fixtures: a seeded RNG for every test and float64 reference formulas.
+
+The thread count is left alone on purpose: tests must pass with whatever the machine gives.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+SEED = 0
+
+
+@pytest.fixture(autouse=True)
+def _seed_everything() -> None:
+    """Every test starts from the same global RNG state, so failures reproduce."""
+    random.seed(SEED)
+    np.random.seed(SEED)
+    torch.manual_seed(SEED)
+
+
+@pytest.fixture
+def rng() -> torch.Generator:
+    """A private generator for tests that draw their own inputs (keeps module init separate)."""
+    return torch.Generator().manual_seed(SEED)
+
+
+def reference_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(Dh) + bias, masked) V written from the formula, no kernel code.
+
+    q (..., Lq, Dh), k and v (..., Lk, Dh); mask bool (True = may attend) and bias float,
+    both broadcastable to (..., Lq, Lk). Rows with no allowed key are defined as zero weights
+    (and so a zero output). Runs in the dtype it is given (float64 for references).
+    -> (out (..., Lq, Dh), weights (..., Lq, Lk))
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias
+    if mask is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        scores = scores.masked_fill(~mask, float("-inf"))
+        has_key = mask.any(dim=-1, keepdim=True)
+        # An empty row would be softmax(-inf, ..., -inf) = NaN; give it finite scores (so the
+        # backward stays finite too), then zero its weights: "no key -> zero output".
+        scores = torch.where(has_key, scores, torch.zeros((), dtype=scores.dtype))
+        weights = torch.softmax(scores, dim=-1) * has_key
+    return weights @ v, weights
+
+
+@pytest.fixture(scope="session")
+def ref_attention() -> Callable[..., tuple[Tensor, Tensor]]:
+    """The float64-ready reference attention formula (see ``reference_attention``)."""
+    return reference_attention
+
+
+def reference_mhsa(
+    mha: torch.nn.Module,
+    x: Tensor,
+    context: Tensor | None = None,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+) -> Tensor:
+    """Concat(head_1..head_H) W_O with head_h = Attention(X W_Q^h, C W_K^h, C W_V^h), computed
+    with explicit per-head loops from a tfam MultiHeadAttention's weights.
+
+    x (B, Lq, D), context (B, Lk, D) -> (B, Lq, D).
+    """
+    d, h = mha.dim, mha.heads
+    dh = d // h
+    if mha.fused_qkv:
+        w, b = mha.qkv.weight, mha.qkv.bias
+        wq, wk, wv = w[:d], w[d : 2 * d], w[2 * d :]
+        bq, bk, bv = (None, None, None) if b is None else (b[:d], b[d : 2 * d], b[2 * d :])
+    else:
+        wq, wk, wv = mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.weight
+        bq, bk, bv = mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias
+    c = x if context is None else context
+
+    def proj(t: Tensor, weight: Tensor, b: Tensor | None) -> Tensor:
+        out = t @ weight.T
+        return out if b is None else out + b
+
+    q, k, v = proj(x, wq, bq), proj(c, wk, bk), proj(c, wv, bv)
+    heads = []
+    for i in range(h):
+        sl = slice(i * dh, (i + 1) * dh)
+        m = None if mask is None else mask.expand(x.shape[0], h, x.shape[1], c.shape[1])[:, i]
+        bi = None if bias is None else bias.expand(x.shape[0], h, x.shape[1], c.shape[1])[:, i]
+        out_i, _ = reference_attention(q[..., sl], k[..., sl], v[..., sl], m, bi)
+        heads.append(out_i)
+    return proj(torch.cat(heads, dim=-1), mha.out_proj.weight, mha.out_proj.bias)
+
+
+@pytest.fixture(scope="session")
+def ref_mhsa() -> Callable[..., Tensor]:
+    """The per-head-loop reference of multi-head attention (see ``reference_mhsa``)."""
+    return reference_mhsa

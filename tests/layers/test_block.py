@@ -1,0 +1,224 @@
+"""Encoder blocks, DropPath, the MLP and the norms against their written-out formulas."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import tfam
+from tfam.layers import DropPath, Encoder, EncoderBlock, FeedForward, LayerNorm, RMSNorm, make_norm
+
+EPS = 1e-6
+
+
+def randomize_(module: nn.Module, gen: torch.Generator) -> nn.Module:
+    """Random values in every parameter (norm gains and biases too) so each term is visible."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5 + (p.ndim == 1))
+    return module
+
+
+def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = EPS) -> Tensor:
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)  # biased variance, as in the paper
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def rms_norm(x: Tensor, gamma: Tensor, eps: float = EPS) -> Tensor:
+    return x / torch.sqrt((x**2).mean(-1, keepdim=True) + eps) * gamma
+
+
+def gelu(x: Tensor) -> Tensor:
+    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def silu(x: Tensor) -> Tensor:
+    return x / (1 + torch.exp(-x))
+
+
+def norm_formula(norm: nn.Module, x: Tensor) -> Tensor:
+    if isinstance(norm, RMSNorm):
+        return rms_norm(x, norm.weight, norm.eps)
+    return layer_norm(x, norm.weight, norm.bias, norm.eps)
+
+
+def mlp_formula(mlp: FeedForward, x: Tensor) -> Tensor:
+    """X2 = act(X W1 + b1) W2 + b2, or act(X W) * (X V) for the gated kinds."""
+    plain = {"relu": lambda t: torch.clamp(t, min=0), "gelu": gelu, "gelu_tanh": gelu_tanh}
+    plain["silu"] = silu
+    gated = {"swiglu": silu, "geglu": gelu}
+    h = x @ mlp.fc1.weight.T + mlp.fc1.bias
+    if mlp.activation in gated:
+        f = mlp.fc2.weight.shape[1]
+        h = gated[mlp.activation](h[..., :f]) * h[..., f:]
+    else:
+        h = plain[mlp.activation](h)
+    return h @ mlp.fc2.weight.T + mlp.fc2.bias
+
+
+@pytest.mark.parametrize("attention", ["math", "sdpa"])
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_pre_norm_block_equals_formula(rng, ref_mhsa, attention, norm):
+    """X1 = X0 + MHSA(LN(X0)); X_out = X1 + MLP(LN(X1))."""
+    block = EncoderBlock(12, 3, ffn_dim=20, norm=norm, norm_first=True, attention=attention)
+    block = randomize_(block.double(), rng)
+    x0 = torch.randn(2, 5, 12, generator=rng, dtype=torch.float64)
+    mask = torch.rand(2, 1, 1, 5, generator=rng) > 0.3
+    x1 = x0 + ref_mhsa(block.mhsa, norm_formula(block.norm1, x0), mask=mask)
+    expected = x1 + mlp_formula(block.mlp, norm_formula(block.norm2, x1))
+    out, weights = block(x0, mask=mask)
+    assert weights is None
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["math", "sdpa"])
+def test_post_norm_block_equals_formula(rng, ref_mhsa, attention):
+    """X1 = LN(X0 + MHSA(X0)); X_out = LN(X1 + MLP(X1))."""
+    block = EncoderBlock(8, 2, ffn_dim=16, norm_first=False, activation="relu", attention=attention)
+    block = randomize_(block.double(), rng)
+    x0 = torch.randn(3, 4, 8, generator=rng, dtype=torch.float64)
+    x1 = norm_formula(block.norm1, x0 + ref_mhsa(block.mhsa, x0))
+    expected = norm_formula(block.norm2, x1 + mlp_formula(block.mlp, x1))
+    out, weights = block(x0, need_weights=True)
+    assert weights.shape == (3, 2, 4, 4)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_pre_and_post_norm_differ(rng):
+    """The flag is wired: the same weights give different outputs in the two orders."""
+    pre = randomize_(EncoderBlock(8, 2, norm_first=True).double(), rng)
+    post = EncoderBlock(8, 2, norm_first=False).double()
+    post.load_state_dict(pre.state_dict())
+    x = torch.randn(2, 3, 8, generator=rng, dtype=torch.float64)
+    assert (pre(x)[0] - post(x)[0]).abs().max() > 1e-3
+
+
+def test_drop_path_identity_in_eval_and_at_zero():
+    x = torch.randn(8, 3, 4)
+    dp = DropPath(0.5).eval()
+    assert torch.equal(dp(x), x)
+    assert torch.equal(DropPath(0.0).train()(x), x)
+
+
+def test_drop_path_drops_whole_samples_with_the_right_expectation():
+    p, b = 0.25, 20_000
+    dp = DropPath(p).train()
+    x = torch.rand(b, 3, 2) + 0.5  # strictly positive, so a zero means "dropped"
+    y = dp(x)
+    dropped = (y == 0).flatten(1)
+    # All-or-nothing per sample: a sample is either entirely zero or entirely kept ...
+    assert (dropped.all(1) | ~dropped.any(1)).all()
+    kept = ~dropped.all(1)
+    # ... and the kept ones are rescaled by 1 / (1 - p), so E[y] = x.
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+    # Drop rate ~ p: the standard error of the mean of b Bernoulli(p) is ~0.003; allow 5 sigma.
+    sigma = math.sqrt(p * (1 - p) / b)
+    assert abs((~kept).float().mean().item() - p) < 5 * sigma
+    ratio = y.sum(dim=(1, 2)) / x.sum(dim=(1, 2))  # per-sample 0 or 1/(1-p); mean 1
+    assert abs(ratio.mean().item() - 1.0) < 5 * sigma / (1 - p)
+
+
+def test_drop_path_is_per_sample_inside_a_block(rng):
+    """In a block in training, some samples take the residual path only."""
+    torch.manual_seed(3)
+    block = randomize_(EncoderBlock(8, 2, drop_path=0.5).double(), rng).train()
+    x = torch.randn(64, 3, 8, generator=rng, dtype=torch.float64)
+    out = block(x)[0]
+    unchanged = (out == x).flatten(1).all(1)
+    assert 0 < unchanged.sum() < 64
+
+
+def test_encoder_drop_path_rises_linearly():
+    enc = Encoder(5, drop_path=0.2, dim=8, heads=2)
+    rates = [blk.drop_path.p for blk in enc.blocks]
+    assert rates == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2])
+
+
+def test_encoder_is_the_stack_of_its_blocks(rng):
+    enc = randomize_(Encoder(3, dim=8, heads=2).double(), rng)
+    x = torch.randn(2, 4, 8, generator=rng, dtype=torch.float64)
+    out, none = enc(x)
+    assert none is None
+    expected = x
+    for blk in enc.blocks:
+        expected = blk(expected)[0]
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    out_w, weights = enc(x, need_weights=True)
+    assert len(weights) == 3 and all(w.shape == (2, 2, 4, 4) for w in weights)
+    torch.testing.assert_close(out_w, out, rtol=1e-12, atol=1e-12)
+
+
+def test_encoder_blocks_initialised_independently():
+    """create_model draws each block's weights separately: no two blocks share values."""
+    model = tfam.create_model(
+        "vit", image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=4, heads=2
+    )
+    weights = [
+        {n: p for n, p in blk.named_parameters() if n.endswith("weight") and p.ndim == 2}
+        for blk in model.blocks
+    ]
+    assert set(weights[0]) == {"mhsa.qkv.weight", "mhsa.out_proj.weight", "mlp.fc1.weight",
+                               "mlp.fc2.weight"}  # fmt: skip
+    for a, b in itertools.combinations(range(len(weights)), 2):
+        for name in weights[a]:
+            assert not torch.equal(weights[a][name], weights[b][name]), (name, a, b)
+            assert weights[a][name].data_ptr() != weights[b][name].data_ptr()
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"])
+def test_feedforward_activations_equal_formulas(rng, activation):
+    mlp = randomize_(FeedForward(6, 10, activation=activation).double(), rng)
+    gated = activation in ("swiglu", "geglu")
+    assert mlp.fc1.weight.shape == ((20 if gated else 10), 6)
+    assert mlp.fc2.weight.shape == (6, 10)
+    x = torch.randn(2, 3, 6, generator=rng, dtype=torch.float64) * 2
+    torch.testing.assert_close(mlp(x), mlp_formula(mlp, x), rtol=1e-12, atol=1e-12)
+
+
+def test_feedforward_default_width_and_bad_activation():
+    assert FeedForward(8).fc1.out_features == 32
+    with pytest.raises(ValueError, match=r"activation='tanhh'.*'relu'"):
+        FeedForward(8, activation="tanhh")
+
+
+def test_activations_are_distinct(rng):
+    """Guards the formula test against two names mapping to the same function."""
+    x = torch.randn(2, 3, 6, generator=rng, dtype=torch.float64)
+    outs = {}
+    for act in ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"):
+        torch.manual_seed(0)
+        mlp = FeedForward(6, 10, activation=act).double()
+        outs[act] = mlp(x)
+    for a, b in itertools.combinations(("relu", "gelu", "gelu_tanh", "silu"), 2):
+        assert not torch.allclose(outs[a], outs[b], rtol=1e-9, atol=1e-9), (a, b)
+
+
+def test_rmsnorm_equals_formula(rng):
+    norm = randomize_(RMSNorm(7, eps=1e-5).double(), rng)
+    x = torch.randn(3, 4, 7, generator=rng, dtype=torch.float64) * 3 + 1
+    torch.testing.assert_close(norm(x), rms_norm(x, norm.weight, 1e-5), rtol=1e-12, atol=1e-12)
+    assert [n for n, _ in norm.named_parameters()] == ["weight"]  # no bias, no centring
+
+
+def test_layernorm_equals_formula(rng):
+    norm = randomize_(LayerNorm(7, eps=1e-5).double(), rng)
+    x = torch.randn(3, 4, 7, generator=rng, dtype=torch.float64) * 3 + 1
+    expected = layer_norm(x, norm.weight, norm.bias, 1e-5)
+    torch.testing.assert_close(norm(x), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_make_norm():
+    assert isinstance(make_norm("layernorm", 4), LayerNorm)
+    assert isinstance(make_norm("rmsnorm", 4, eps=1e-5), RMSNorm)
+    assert make_norm("rmsnorm", 4, eps=1e-5).eps == 1e-5
+    with pytest.raises(ValueError, match=r"norm='batchnorm'.*'layernorm'.*'rmsnorm'"):
+        make_norm("batchnorm", 4)
