@@ -1,0 +1,96 @@
+"""`tfam predict DIR IMAGE...`: the top-k classes of each image, with probabilities."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EPILOG = """examples:
+  tfam predict runs/digits my_digit.png                 top 5 classes with probabilities
+  tfam predict runs/digits a.png b.jpg --top-k 3
+  tfam predict runs/digits test:0 test:1                samples of the run's dataset
+
+Images are converted as the model needs (grayscale/RGB, resized, scaled as in training).
+For digits-like data (one channel, light on dark), an image with a bright border (ink on
+paper) is inverted and its contrast stretched; --invert yes|no and --no-stretch override.
+"""
+
+INVERT_CHOICES = {"auto": "auto", "yes": True, "no": False}
+
+
+def add_image_options(p: argparse.ArgumentParser) -> None:
+    """--invert and --no-stretch, shared with `tfam viz attention`."""
+    p.add_argument(
+        "--invert",
+        choices=tuple(INVERT_CHOICES),
+        default="auto",
+        help="invert intensities: auto (digits-like data, bright border), yes or no (default: auto)",
+    )
+    p.add_argument(
+        "--no-stretch",
+        action="store_true",
+        help="do not stretch the contrast of digits-like images to the full range",
+    )
+
+
+def image_options(args: argparse.Namespace) -> dict:
+    return {"invert": INVERT_CHOICES[args.invert], "stretch": False if args.no_stretch else None}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help="top-k classes with probabilities for image files",
+        description="Classify image files (PNG, JPEG, ... via Pillow) with a trained model.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "dir", metavar="DIR", help="run directory: config.json, model.safetensors, preprocess.json"
+    )
+    p.add_argument(
+        "images",
+        metavar="IMAGE",
+        nargs="+",
+        help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset",
+    )
+    p.add_argument("--top-k", type=int, default=5, help="classes to list per image (default: 5)")
+    add_image_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    import tfam
+    from tfam.preprocess import load_input, load_preprocess
+
+    if args.top_k < 1:
+        raise ValueError(f"--top-k {args.top_k} is invalid: expected an int >= 1")
+    run_dir = Path(args.dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {str(run_dir)!r} not found")
+    pre = load_preprocess(run_dir)
+    # Read every image before any output: a bad file fails the command up front.
+    inputs = [load_input(spec, pre, **image_options(args)) for spec in args.images]
+    model = tfam.from_pretrained(run_dir)
+    pre.check_model(model)
+    with torch.inference_mode():
+        probs = model(torch.stack([i.tensor for i in inputs])).float().softmax(dim=-1)
+    k = min(args.top_k, probs.shape[-1])
+    values, indices = probs.topk(k, dim=-1)  # sorted, largest first
+    width = max(len(c) for c in pre.classes)
+    for n, (item, vals, idx) in enumerate(zip(inputs, values.tolist(), indices.tolist())):
+        notes = []
+        if item.inverted:
+            notes.append("inverted: bright background")
+        if item.stretched:
+            notes.append("contrast stretched")
+        if item.label is not None:
+            notes.append(f"true class {pre.classes[item.label]}")
+        print(item.name + (f"  ({', '.join(notes)})" if notes else ""))
+        for rank, (p, c) in enumerate(zip(vals, idx), start=1):
+            print(f"  {rank}. {pre.classes[c]:<{width}}  {p:.4f}")
+        if n + 1 < len(inputs):
+            print()
+    return 0

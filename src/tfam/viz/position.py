@@ -1,0 +1,91 @@
+"""What the learned position embeddings learned: cosine similarity between patch positions.
+
+As in the ViT paper (Dosovitskiy et al. 2021, figure 7): for every patch position (i, j) a small
+gh x gw map of the cosine similarity of its embedding to the embeddings of all patches. A model
+that learned 2-D structure shows a bright spot at (i, j) fading with distance, often with its
+row and column lit up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["plot_position_similarity", "position_similarity"]
+
+
+def position_similarity(model: nn.Module) -> Tensor:
+    """-> (gh, gw, gh, gw) float32: [i, j, k, l] = cos(pos[i, j], pos[k, l]) over patch tokens
+    (the [CLS] token's entry is left out)."""
+    config = getattr(model, "config", None)
+    position = getattr(config, "position", None)
+    pos = getattr(model, "pos_embed", None)
+    if position == "none" or pos is None:
+        raise ValueError(
+            f"position={position!r}: the model has no learned position embeddings to show; "
+            "valid for models trained with position='learned'"
+        )
+    if not isinstance(pos, Tensor) or pos.ndim != 3:
+        raise ValueError(
+            f"model.pos_embed has shape {tuple(getattr(pos, 'shape', ()))}; expected (1, L, D)"
+        )
+    gh, gw = model.patch_embed.grid_size
+    prefix = int(getattr(model, "num_prefix_tokens", 0))
+    table = pos.detach().float().cpu()[0, prefix:]  # (N, D)
+    if table.shape[0] != gh * gw:
+        raise ValueError(
+            f"pos_embed has {table.shape[0]} patch rows after {prefix} prefix token(s), "
+            f"expected gh*gw = {gh}*{gw}"
+        )
+    unit = F.normalize(table, dim=-1)
+    return (unit @ unit.T).reshape(gh, gw, gh, gw)
+
+
+def plot_position_similarity(
+    model: nn.Module, out: str | Path | None = None, title: str | None = None
+):  # noqa: ANN201
+    """Draw :func:`position_similarity` as a grid of small maps, one per patch position, on one
+    colour scale (-1..1); saved to ``out`` (PNG) when given. Returns the matplotlib Figure."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+
+    sim = position_similarity(model).numpy()
+    gh, gw = sim.shape[:2]
+    # One mosaic image with a one-pixel gap between the small maps: a single imshow keeps
+    # 14 x 14 grids (196 maps) as quick to draw as 4 x 4 ones.
+    mosaic = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan, dtype=np.float32)
+    for i in range(gh):
+        for j in range(gw):
+            r, c = i * (gh + 1), j * (gw + 1)
+            mosaic[r : r + gh, c : c + gw] = sim[i, j]
+    cmap = colormaps["viridis"].with_extremes(bad="white")
+    side = min(9.0, max(4.0, 0.45 * max(gh, gw) * max(gh, gw) ** 0.5 + 3))
+    fig = Figure(figsize=(side + 1.2, side + 0.6), layout="constrained")
+    ax = fig.subplots()
+    im = ax.imshow(mosaic, cmap=cmap, vmin=-1.0, vmax=1.0, interpolation="nearest")
+    step = max(1, (max(gh, gw) + 13) // 14)  # at most ~14 tick labels per axis
+    ax.set_yticks([i * (gh + 1) + (gh - 1) / 2 for i in range(0, gh, step)])
+    ax.set_yticklabels([str(i + 1) for i in range(0, gh, step)])
+    ax.set_xticks([j * (gw + 1) + (gw - 1) / 2 for j in range(0, gw, step)])
+    ax.set_xticklabels([str(j + 1) for j in range(0, gw, step)])
+    ax.tick_params(length=0)
+    for side_name in ("top", "right", "bottom", "left"):
+        ax.spines[side_name].set_visible(False)
+    ax.set_xlabel("input patch column")
+    ax.set_ylabel("input patch row")
+    bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    bar.set_label("cosine similarity")
+    fig.suptitle(
+        title
+        or f"Position embedding similarity ({gh}x{gw} patches)\n"
+        "each small map: one patch's similarity to every patch",
+        fontsize=11,
+    )
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110, facecolor="white")
+    return fig
