@@ -222,3 +222,20 @@ def test_make_norm():
     assert make_norm("rmsnorm", 4, eps=1e-5).eps == 1e-5
     with pytest.raises(ValueError, match=r"norm='batchnorm'.*'layernorm'.*'rmsnorm'"):
         make_norm("batchnorm", 4)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "swiglu"])
+def test_inference_fast_path_equals_autograd_path_and_keeps_input(activation: str) -> None:
+    """Without autograd the MLP activation and the second residual run in place; the result
+    must equal the autograd path bit for bit and the caller's input must stay untouched."""
+    block = EncoderBlock(dim=16, heads=2, activation=activation).eval()
+    x = torch.randn(2, 5, 16)
+    x_before = x.clone()
+    with_grad = block(x)[0]
+    with torch.no_grad():
+        no_grad = block(x)[0]
+    with torch.inference_mode():
+        inference = block(x)[0]
+    assert torch.equal(with_grad.detach(), no_grad)
+    assert torch.equal(with_grad.detach(), inference)
+    assert torch.equal(x, x_before)

@@ -61,7 +61,10 @@ class MultiHeadAttention(nn.Module):
             if context is None:
                 b, n, _ = x.shape
                 qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-                return qkv[0], qkv[1], qkv[2]
+                # unbind, not indexing: its backward is one stack instead of three
+                # zero-filled full-size buffers summed together.
+                q, k, v = qkv.unbind(0)
+                return q, k, v
             w, bias = self.qkv.weight, self.qkv.bias
             d = self.dim
             q = F.linear(x, w[:d], None if bias is None else bias[:d])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from tfam.layers.attention import MultiHeadAttention
@@ -76,7 +77,9 @@ class EncoderBlock(nn.Module):
         if self.norm_first:
             z, weights = self.mhsa(self.norm1(x), mask=mask, bias=bias, need_weights=need_weights)
             x = x + self.drop_path(z)
-            x = x + self.drop_path(self.mlp_dropout(self.mlp(self.norm2(x))))
+            y = self.drop_path(self.mlp_dropout(self.mlp(self.norm2(x))))
+            # x is this block's own tensor now: without autograd, add in place.
+            x = x.add_(y) if not torch.is_grad_enabled() else x + y
         else:
             z, weights = self.mhsa(x, mask=mask, bias=bias, need_weights=need_weights)
             x = self.norm1(x + self.drop_path(z))

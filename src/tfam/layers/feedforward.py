@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -14,6 +15,14 @@ _PLAIN = {
     "silu": F.silu,
 }
 _GATED = {"swiglu": F.silu, "geglu": F.gelu}
+# In-place forms, used when no gradient is recorded: the hidden (B, L, ffn_dim) is the largest
+# activation of a block, and overwriting it saves a fresh allocation and a memory pass.
+_PLAIN_INPLACE = {
+    "relu": torch.relu_,
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "silu": lambda x: F.silu(x, inplace=True),
+}
 
 
 class FeedForward(nn.Module):
@@ -36,6 +45,7 @@ class FeedForward(nn.Module):
         self.activation = activation
         self.gated = activation in _GATED
         self.act = _GATED[activation] if self.gated else _PLAIN[activation]
+        self.act_ = None if self.gated else _PLAIN_INPLACE[activation]
         self.fc1 = nn.Linear(dim, (2 if self.gated else 1) * ffn_dim, bias=bias)
         self.fc2 = nn.Linear(ffn_dim, dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
@@ -45,6 +55,8 @@ class FeedForward(nn.Module):
         if self.gated:
             gate, up = h.chunk(2, dim=-1)
             h = self.act(gate) * up
+        elif self.act_ is not None and not torch.is_grad_enabled():
+            h = self.act_(h)
         else:
             h = self.act(h)
         return self.fc2(self.dropout(h))
