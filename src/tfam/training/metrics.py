@@ -1,0 +1,171 @@
+"""Per-epoch metrics: OUT/metrics.csv, TensorBoard when it is installed, OUT/curves.png.
+
+metrics.csv has one row per epoch with the columns of :data:`METRIC_COLUMNS`:
+
+    epoch          1-based epoch number
+    step           optimiser steps taken so far (whole run)
+    train_loss     mean cross-entropy over the epoch's training images (without label smoothing,
+                   so it compares with test_loss; on augmented images, as trained)
+    train_acc      fraction of the epoch's training images classified right, in [0, 1]
+    test_loss      mean cross-entropy on the test split after the epoch
+    test_acc       fraction of the test split classified right, in [0, 1]
+    lr             learning rate of the last optimiser step of the epoch (first group)
+    seconds        wall time spent in the run up to the end of this epoch (training and
+                   evaluation, summed over resumes; time while stopped is not counted)
+    images_per_s   training throughput of the epoch (images per second of training time)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tfam.training.checkpoint import atomic_write_bytes
+
+__all__ = [
+    "METRIC_COLUMNS",
+    "MetricsLogger",
+    "plot_curves",
+    "read_metrics_csv",
+    "write_metrics_csv",
+]
+
+METRIC_COLUMNS = (
+    "epoch",
+    "step",
+    "train_loss",
+    "train_acc",
+    "test_loss",
+    "test_acc",
+    "lr",
+    "seconds",
+    "images_per_s",
+)
+_INT_COLUMNS = {"epoch", "step"}
+
+
+def write_metrics_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> Path:
+    """Write every row (dicts with :data:`METRIC_COLUMNS`) to ``path``, atomically.
+
+    The whole file is rewritten each time: it is small, and a resumed run then holds exactly
+    the rows of the epochs its checkpoint has seen.
+    """
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=METRIC_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _fmt(k, row[k]) for k in METRIC_COLUMNS})
+    return atomic_write_bytes(path, text.getvalue().encode())
+
+
+def _fmt(key: str, value: Any) -> str:
+    if key in _INT_COLUMNS:
+        return str(int(value))
+    return f"{float(value):.6g}"
+
+
+def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float | int]]:
+    """Rows of a metrics.csv, numbers parsed (epoch and step as int, the rest as float)."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in METRIC_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"{path} is not a tfam metrics.csv: missing columns {missing}")
+        return [
+            {k: int(v) if k in _INT_COLUMNS else float(v) for k, v in row.items()} for row in reader
+        ]
+
+
+def plot_curves(rows: Sequence[dict[str, Any]], path: str | os.PathLike, title: str = "") -> Path:
+    """Loss and accuracy against epoch, train and test, side by side, saved as PNG."""
+    # The object API with an Agg canvas: no pyplot global state, no display needed.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    epochs = [int(r["epoch"]) for r in rows]
+    fig = Figure(figsize=(10, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax_loss, ax_acc = fig.subplots(1, 2)
+    for split, style in (("train", "-"), ("test", "--")):
+        loss = [float(r[f"{split}_loss"]) for r in rows]
+        acc = [100 * float(r[f"{split}_acc"]) for r in rows]
+        ax_loss.plot(epochs, loss, style, marker="." if len(rows) < 30 else None, label=split)
+        ax_acc.plot(epochs, acc, style, marker="." if len(rows) < 30 else None, label=split)
+    ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
+    ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
+    if rows:
+        best = max(rows, key=lambda r: float(r["test_acc"]))
+        ax_acc.annotate(
+            f"best test {100 * float(best['test_acc']):.2f}% (epoch {int(best['epoch'])})",
+            xy=(0.98, 0.04),
+            xycoords="axes fraction",
+            ha="right",
+        )
+        if all(math.isfinite(float(r["train_loss"])) and float(r["train_loss"]) > 0 for r in rows):
+            ax_loss.set_yscale("log")
+    for ax in (ax_loss, ax_acc):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+class MetricsLogger:
+    """Keeps the epoch rows, rewrites metrics.csv after each epoch, mirrors to TensorBoard.
+
+    TensorBoard logging (OUT/tensorboard) happens only when ``tensorboard`` is importable;
+    without it the logger silently skips it.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        rows: Sequence[dict[str, Any]] = (),
+        tensorboard: bool = True,
+    ) -> None:
+        self.out_dir = Path(out_dir)
+        self.csv_path = self.out_dir / "metrics.csv"
+        self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
+        self._writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard not installed: CSV and PNG only
+                SummaryWriter = None  # noqa: N806
+            if SummaryWriter is not None:
+                self._writer = SummaryWriter(log_dir=str(self.out_dir / "tensorboard"))
+        # Written at once (a header alone for a new run): a resumed run drops the rows of
+        # epochs its checkpoint has not seen.
+        write_metrics_csv(self.rows, self.csv_path)
+
+    def log_epoch(self, row: dict[str, Any]) -> None:
+        missing = [c for c in METRIC_COLUMNS if c not in row]
+        if missing:
+            raise ValueError(f"metrics row lacks columns {missing}")
+        self.rows.append(dict(row))
+        write_metrics_csv(self.rows, self.csv_path)
+        if self._writer is not None:
+            step = int(row["epoch"])
+            for key in METRIC_COLUMNS[2:]:
+                group = (
+                    "loss" if key.endswith("loss") else "accuracy" if key.endswith("acc") else "run"
+                )
+                self._writer.add_scalar(f"{group}/{key}", float(row[key]), step)
+            self._writer.flush()
+
+    def plot(self, path: str | os.PathLike | None = None, title: str = "") -> Path:
+        return plot_curves(self.rows, path or self.out_dir / "curves.png", title=title)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,154 @@
+"""AdamW with decoupled weight decay on the right parameters, and a warmup + cosine schedule.
+
+Weight decay pulls weights towards zero; that regularises matrices, but on a LayerNorm gain, a
+bias, a position table or a [CLS] token it only fights the parameter's job. So the optimiser
+gets two groups:
+
+- decay: every parameter with ndim >= 2 (linear and patch-projection weights);
+- no decay: parameters with ndim <= 1 (norm gains, biases), any parameter whose name ends in
+  ``pos_embed``, ``cls_token``, ``dist_token`` or ``mask_token``, and any name a module lists
+  in its ``no_weight_decay()`` method (names relative to that module, as timm does).
+
+The learning rate rises linearly over ``warmup_steps`` optimiser steps, then follows half a
+cosine down to ``min_lr`` at ``total_steps``, and stays there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+__all__ = [
+    "NO_DECAY_SUFFIXES",
+    "WarmupCosine",
+    "build_optimizer",
+    "build_scheduler",
+    "param_groups",
+    "split_decay",
+    "warmup_cosine_factor",
+]
+
+NO_DECAY_SUFFIXES = ("pos_embed", "cls_token", "dist_token", "mask_token")
+
+
+def _model_no_decay_names(model: nn.Module) -> set[str]:
+    """Full parameter names listed by ``no_weight_decay()`` of the model or any submodule."""
+    names: set[str] = set()
+    for prefix, module in model.named_modules():
+        method = getattr(module, "no_weight_decay", None)
+        if not callable(method):
+            continue
+        listed: Iterable[str] = method() or ()
+        for name in listed:
+            names.add(f"{prefix}.{name}" if prefix else name)
+    return names
+
+
+def split_decay(model: nn.Module) -> tuple[list[str], list[str]]:
+    """Names of the trainable parameters that get weight decay, and of those that do not.
+
+    Returns (decay, no_decay), each in ``model.named_parameters()`` order.
+    """
+    listed = _model_no_decay_names(model)
+    decay: list[str] = []
+    no_decay: list[str] = []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        # A listed name may name a parameter or a module holding parameters ("cls_token",
+        # "encoder.blocks.0.norm1").
+        is_listed = name in listed or any(name.startswith(n + ".") for n in listed)
+        if p.ndim <= 1 or name.endswith(NO_DECAY_SUFFIXES) or is_listed:
+            no_decay.append(name)
+        else:
+            decay.append(name)
+    return decay, no_decay
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two optimiser groups: ``{"params", "weight_decay", "names"}`` with decay, then without.
+
+    The ``names`` key is carried along for inspection (optimisers keep extra keys).
+    An empty group is left out.
+    """
+    if not isinstance(weight_decay, int | float) or weight_decay < 0:
+        raise ValueError(f"weight_decay={weight_decay!r} is invalid: expected a float >= 0")
+    params = dict(model.named_parameters())
+    decay, no_decay = split_decay(model)
+    groups = []
+    for names, wd in ((decay, float(weight_decay)), (no_decay, 0.0)):
+        if names:
+            groups.append(
+                {"params": [params[n] for n in names], "weight_decay": wd, "names": names}
+            )
+    if not groups:
+        raise ValueError(f"{type(model).__name__} has no trainable parameters to optimise")
+    return groups
+
+
+def build_optimizer(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.05,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> torch.optim.AdamW:
+    """AdamW (decoupled weight decay) over :func:`param_groups`."""
+    if not isinstance(lr, int | float) or not lr > 0:
+        raise ValueError(f"lr={lr!r} is invalid: expected a float > 0")
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
+
+
+def warmup_cosine_factor(
+    step: int, warmup_steps: int, total_steps: int, min_factor: float = 0.0
+) -> float:
+    """Multiplier of the base lr used by optimiser step ``step`` (0-based).
+
+    Warmup: (step + 1) / warmup_steps for step < warmup_steps, so the first step already moves
+    and step warmup_steps - 1 runs at the full rate. Then
+    min_factor + (1 - min_factor) * (1 + cos(pi * t)) / 2 with t = (step - warmup) /
+    (total - warmup), clamped to [0, 1]: 1 at the end of warmup, min_factor at total_steps.
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    decay_steps = max(total_steps - warmup_steps, 1)
+    t = min(max((step - warmup_steps) / decay_steps, 0.0), 1.0)
+    return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+class WarmupCosine:
+    """Picklable LambdaLR factor (its numbers go into the scheduler's state_dict)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int, min_factor: float) -> None:
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.min_factor = float(min_factor)
+
+    def __call__(self, step: int) -> float:
+        return warmup_cosine_factor(step, self.warmup_steps, self.total_steps, self.min_factor)
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup then cosine decay to ``min_lr`` (an absolute lr), per optimiser step.
+
+    Call ``scheduler.step()`` after every ``optimizer.step()``.
+    """
+    if not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"total_steps={total_steps!r} is invalid: expected an int >= 1")
+    if not isinstance(warmup_steps, int) or not 0 <= warmup_steps <= total_steps:
+        raise ValueError(
+            f"warmup_steps={warmup_steps!r} is invalid: expected an int in [0, {total_steps}] "
+            "(total_steps)"
+        )
+    factors = []
+    for group in optimizer.param_groups:
+        base = group.get("initial_lr", group["lr"])
+        if not 0 <= min_lr <= base:
+            raise ValueError(f"min_lr={min_lr!r} is invalid: expected a float in [0, lr={base}]")
+        factors.append(WarmupCosine(warmup_steps, total_steps, min_lr / base))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factors)
