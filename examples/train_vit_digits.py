@@ -34,7 +34,7 @@ def main() -> None:
     #    seed fixes the initial weights; the trainer seeds data order, augmentation, dropout.
     torch.set_num_threads(1)  # tiny matmuls: one thread is as fast, and immune to a busy core
     torch.manual_seed(0)
-    model = tfam.create_model("vit_digits", init_std=0.1, drop_path=0.1)
+    model = tfam.create_model("vit_digits")
     print(f"vit_digits: {sum(p.numel() for p in model.parameters()):,} parameters")
 
     # 3. Train: AdamW (no decay on norms, biases, [CLS], positions), warmup then cosine,

