@@ -376,7 +376,7 @@ def _param_count(*items: nn.Module | nn.Parameter | None) -> int:
 def _linear_flops(module: nn.Module, in_shape: tuple[int, ...]) -> int:
     """(..., k) @ (k, n) [+ bias]: 2*m*k*n, plus m*n for the bias."""
     if not isinstance(module, nn.Linear):
-        raise NotImplementedError(f"explain counts FLOPs of nn.Linear here, not {module!r}")
+        raise TypeError(f"explain counts FLOPs of nn.Linear here, not {module!r}")
     m = _numel(in_shape[:-1])
     flops = 2 * m * module.in_features * module.out_features
     if module.bias is not None:
@@ -389,7 +389,7 @@ def _norm_flops(module: nn.Module, shape: tuple[int, ...]) -> int:
         return FLOPS_PER_ELEMENT["layernorm"] * _numel(shape)
     if isinstance(module, nn.RMSNorm):
         return FLOPS_PER_ELEMENT["rmsnorm"] * _numel(shape)
-    raise NotImplementedError(f"explain has no FLOP count for the norm {module!r}")
+    raise TypeError(f"explain has no FLOP count for the norm {module!r}")
 
 
 def _is_identity(module: nn.Module | None) -> bool:
@@ -423,7 +423,7 @@ class _ViTExplainer:
         from tfam.models.vit import ViT
 
         if not isinstance(model, ViT):
-            raise NotImplementedError(f"the vit explainer takes a ViT, got {type(model).__name__}")
+            raise TypeError(f"the vit explainer takes a ViT, got {type(model).__name__}")
         self.model = model
         self.batch = batch_size
         c = model.config
@@ -528,7 +528,7 @@ class _ViTExplainer:
                 )
             )
         elif c.position != "none":
-            raise NotImplementedError(f"explain does not know position={c.position!r}")
+            raise ValueError(f"explain does not know position={c.position!r}")
         return rows
 
     def mhsa_rows(self, block: str, mhsa: nn.Module, step: str) -> list[ExplainRow]:
