@@ -6,6 +6,10 @@ of each per round) and reports the median, so machine noise hits both alike. Pri
 the speed ratio tfam / Hugging Face, and the fraction of this machine's float32 matmul peak,
 measured in the same run.
 
+"% peak" divides the model's nominal FLOPs (`tfam.explain`: every block over every token) by the
+time taken, for both libraries. tfam's classifier computes only the [CLS] row in its last block
+(the only row the head reads), so it does about 1/depth less work than that nominal count.
+
     python benchmarks/bench_vit.py                  # full table (a few minutes on 2 cores)
     python benchmarks/bench_vit.py --quick          # ViT-S/16 only, fewer rounds
 """
@@ -131,7 +135,8 @@ def main() -> None:
     for r in rows:
         r["tfam % peak"] = 100 * r.pop("tfam GFLOP/s") / peak
         r["HF % peak"] = 100 * r.pop("HF GFLOP/s") / peak
-    print(f"float32 matmul peak measured in this run: {peak:.0f} GFLOP/s\n")
+    print(f"float32 matmul peak measured in this run: {peak:.0f} GFLOP/s")
+    print("% peak = nominal model FLOPs (tfam.explain) / time; see the module docstring\n")
     header = [
         "model",
         "row",

@@ -1,6 +1,6 @@
 """Train a Vision Transformer on Fashion-MNIST (60k/10k 28x28 images), end to end, in Python.
 
-    python examples/train_vit_fashion_mnist.py                 # ~90%; ~45 min on 2 CPU cores
+    python examples/train_vit_fashion_mnist.py                 # ~90%; ~37 min on 2 CPU cores
     python examples/train_vit_fashion_mnist.py --max-steps 30  # a one-minute smoke run
 
 Needs the data locally (tfam never downloads): `sudo apt-get install dataset-fashion-mnist`,
@@ -23,7 +23,7 @@ from tfam.training import TrainConfig, Trainer
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=22)
+    parser.add_argument("--epochs", type=int, default=24)
     parser.add_argument("--max-steps", type=int, default=None, help="stop early (smoke run)")
     parser.add_argument("--out", default="runs/fashion-mnist-example")
     parser.add_argument("--resume", action="store_true", help="continue a stopped run in --out")
@@ -32,7 +32,8 @@ def main() -> None:
     train = load_dataset("fashion-mnist", "train")
     test = load_dataset("fashion-mnist", "test")
 
-    # 4x4 patches -> 49 tokens + [CLS], D = 96, 4 blocks of 4 heads (about 0.45 M parameters).
+    # 4x4 patches -> 49 tokens + [CLS], D = 96, 4 blocks of 4 heads, MLP 2D, mean pooling
+    # (about 0.31 M parameters). The same settings as `tfam train vit --data fashion-mnist`.
     torch.manual_seed(0)
     model = tfam.create_model("vit_fashion_mnist")
     print(f"vit_fashion_mnist: {sum(p.numel() for p in model.parameters()):,} parameters")
@@ -49,9 +50,10 @@ def main() -> None:
         max_steps=args.max_steps,
     )
     start = time.perf_counter()
-    trainer = Trainer(
-        model, train, test, config, out_dir=args.out, augment=default_augment("fashion-mnist")
-    )
+    # Flips only (no random crop): crops slowed this patch-4 ViT down, 72.6% vs 79.5% test
+    # accuracy after the first epoch.
+    augment = default_augment("fashion-mnist")
+    trainer = Trainer(model, train, test, config, out_dir=args.out, augment=augment)
     result = trainer.fit(resume=args.resume)
     print(
         f"test accuracy {100 * result.final_test_acc:.2f}% (best {100 * result.best_test_acc:.2f}%)"

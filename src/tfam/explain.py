@@ -335,15 +335,17 @@ def _trace(model: TfamModel, example: Tensor) -> _Trace:
                 kernels.append((module, module.kernel))
                 module.kernel = recording(module, module.kernel)
         model.eval()  # dropout and drop-path are identities here; they cost nothing anyway
+        # return_attention=True runs the whole computation the seed's table describes: every
+        # block over every token (a plain ViT forward skips the last block's non-[CLS] rows).
         with torch.no_grad():
             tensors = dict(model.named_parameters())
             tensors.update(model.named_buffers())
             if all(t.device.type == "meta" for t in tensors.values()):
-                model(example)
+                model(example, return_attention=True)
             else:
                 # A real model: swap in storage-less stand-ins for its weights for this call.
                 meta = {k: torch.empty_like(t, device="meta") for k, t in tensors.items()}
-                functional_call(model, meta, (example,))
+                functional_call(model, meta, (example,), {"return_attention": True})
     finally:
         for h in handles:
             h.remove()

@@ -260,7 +260,10 @@ def test_default_augment_through_get_batch(digits):
     train, _ = digits
     aug = default_augment("digits")
     assert (aug.padding, aug.flip) == (1, False)
-    assert default_augment("fashion-mnist").flip
+    fashion = default_augment("fashion-mnist")
+    assert (fashion.padding, fashion.flip) == (0, True)  # flips only: crops slow the ViT down
+    override = default_augment("fashion-mnist", padding=3, flip=False)
+    assert (override.padding, override.flip) == (3, False)
     idx = torch.arange(64)
     a, ya = train.get_batch(idx, augment=aug, generator=torch.Generator().manual_seed(1))
     b, _ = train.get_batch(idx, augment=aug, generator=torch.Generator().manual_seed(1))

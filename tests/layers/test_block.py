@@ -93,6 +93,42 @@ def test_post_norm_block_equals_formula(rng, ref_mhsa, attention):
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("attention", ["math", "sdpa"])
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("fused_qkv", [True, False])
+def test_first_queries_only_equal_those_rows_of_the_full_block(
+    rng, attention, norm_first, fused_qkv
+):
+    """queries=n: the first n output rows, the same as the full block's (keys from all)."""
+    block = EncoderBlock(
+        12, 3, ffn_dim=20, norm_first=norm_first, attention=attention, fused_qkv=fused_qkv
+    )
+    block = randomize_(block.double(), rng)
+    x = torch.randn(2, 6, 12, generator=rng, dtype=torch.float64)
+    mask = torch.rand(2, 1, 6, 6, generator=rng) > 0.3  # per-query rows: cut with the queries
+    bias = torch.randn(1, 3, 6, 6, generator=rng, dtype=torch.float64)
+    full, full_w = block(x, mask=mask, bias=bias, need_weights=True)
+    for n in (1, 2, 6):
+        rows, w = block(x, mask=mask, bias=bias, need_weights=True, queries=n)
+        assert rows.shape == (2, n, 12) and w.shape == (2, 3, n, 6)
+        torch.testing.assert_close(rows, full[:, :n], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(w, full_w[:, :, :n], rtol=1e-12, atol=1e-12)
+    key_mask = mask[:, :, :1]  # (B, 1, 1, Lk): broadcast over queries, nothing to cut
+    rows, _ = block(x, mask=key_mask, queries=1)
+    torch.testing.assert_close(rows, block(x, mask=key_mask)[0][:, :1], rtol=1e-12, atol=1e-12)
+
+
+def test_encoder_last_queries_cuts_the_last_block_only(rng):
+    encoder = randomize_(Encoder(3, dim=8, heads=2).double(), rng).eval()
+    x = torch.randn(2, 5, 8, generator=rng, dtype=torch.float64)
+    seen = []
+    for blk in encoder.blocks:
+        blk.register_forward_hook(lambda m, a, out: seen.append(tuple(out[0].shape)))
+    out, _ = encoder(x, last_queries=1)
+    assert seen == [(2, 5, 8), (2, 5, 8), (2, 1, 8)]
+    torch.testing.assert_close(out, encoder(x)[0][:, :1], rtol=1e-12, atol=1e-12)
+
+
 def test_pre_and_post_norm_differ(rng):
     """The flag is wired: the same weights give different outputs in the two orders."""
     pre = randomize_(EncoderBlock(8, 2, norm_first=True).double(), rng)

@@ -280,6 +280,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(digits, tmp_path: Path, 
         (["vit", "--data", "digits", "--lr", "-1"], "--lr -1.0 is invalid"),
         (["vit", "--data", "digits", "--epochs", "0"], "--epochs 0 is invalid"),
         (["vit", "--data", "digits", "--accum-steps", "0"], "--accum-steps 0 is invalid"),
+        (["vit", "--data", "digits", "--pad", "-1"], "--pad -1 is invalid: expected pixels >= 0"),
     ],
 )
 def test_cli_errors_name_the_argument(argv, message, tmp_path: Path, capsys) -> None:
@@ -312,3 +313,34 @@ def test_cli_help_shows_examples_and_dataset_defaults(capsys) -> None:
     for name, d in DATASET_DEFAULTS.items():
         assert f"{name}" in text and f"--preset {d['preset']}" in text
         assert f"--epochs {d['epochs']}" in text
+
+
+def test_cli_augmentation_options_are_used_and_kept_on_resume(tmp_path: Path, monkeypatch) -> None:
+    """--pad / --flip reach the augmentation; a resumed run keeps them without repeating them."""
+    import tfam.data
+    from tfam.cli import main
+
+    made: list[tuple[int, bool]] = []
+    original = tfam.data.default_augment
+
+    def spy(name, padding=None, flip=None):
+        aug = original(name, padding=padding, flip=flip)
+        made.append((aug.padding, aug.flip))
+        return aug
+
+    monkeypatch.setattr(tfam.data, "default_augment", spy)  # run() looks it up at call time
+
+    def train(out: Path, *extra: str) -> int:
+        tiny = ["--set", "dim=16", "--set", "depth=1", "--set", "heads=2", "--threads", "1"]
+        return main(
+            ["train", "vit", "--data", "digits", "--out", str(out), "--quiet", *tiny, *extra]
+        )
+
+    run = tmp_path / "run"
+    assert train(run, "--epochs", "2", "--pad", "2", "--flip", "--max-steps", "3") == 0
+    saved = json.loads((run / "train_args.json").read_text())
+    assert (saved["pad"], saved["flip"]) == (2, True)
+    assert main(["train", "vit", "--data", "digits", "--out", str(run), "--resume", "--quiet"]) == 0
+    assert made == [(2, True), (2, True)]  # digits' own default is (1, False)
+    assert train(tmp_path / "plain", "--max-steps", "1") == 0
+    assert made[-1] == (1, False)

@@ -31,6 +31,11 @@ class DropPath(nn.Module):
         return f"p={self.p}"
 
 
+def _first_rows(t: Tensor | None, n: int) -> Tensor | None:
+    """A mask or bias broadcastable to (B, H, Lq, Lk), cut to the first n queries."""
+    return t if t is None or t.ndim < 2 or t.shape[-2] == 1 else t[..., :n, :]
+
+
 class EncoderBlock(nn.Module):
     """One encoder block.
 
@@ -38,6 +43,11 @@ class EncoderBlock(nn.Module):
     post-norm (original):  X1 = LN(X0 + MHSA(X0));   X_out = LN(X1 + MLP(X1))
 
     Shapes: x (B, L, D) -> (B, L, D); attention weights (B, H, L, L).
+
+    ``queries=n`` computes the output of the first n tokens only, every token still serving as
+    a key and a value: (B, L, D) -> (B, n, D), weights (B, H, n, L). Those rows are the same as
+    in the full output: each token's row depends on the others only through K and V. A ViT that
+    reads [CLS] alone runs its last block this way and skips almost all of that block's work.
     """
 
     def __init__(
@@ -73,15 +83,27 @@ class EncoderBlock(nn.Module):
         mask: Tensor | None = None,
         bias: Tensor | None = None,
         need_weights: bool = False,
+        queries: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, D) -> (B, L, D), or (B, queries, D) with ``queries``; weights or None."""
+        h = self.norm1(x) if self.norm_first else x
+        if queries is None:
+            z, weights = self.mhsa(h, mask=mask, bias=bias, need_weights=need_weights)
+        else:
+            z, weights = self.mhsa(
+                h[:, :queries],
+                context=h,
+                mask=_first_rows(mask, queries),
+                bias=_first_rows(bias, queries),
+                need_weights=need_weights,
+            )
+            x = x[:, :queries]
         if self.norm_first:
-            z, weights = self.mhsa(self.norm1(x), mask=mask, bias=bias, need_weights=need_weights)
             x = x + self.drop_path(z)
             y = self.drop_path(self.mlp_dropout(self.mlp(self.norm2(x))))
             # x is this block's own tensor now: without autograd, add in place.
             x = x.add_(y) if not torch.is_grad_enabled() else x + y
         else:
-            z, weights = self.mhsa(x, mask=mask, bias=bias, need_weights=need_weights)
             x = self.norm1(x + self.drop_path(z))
             x = self.norm2(x + self.drop_path(self.mlp_dropout(self.mlp(x))))
         return x, weights
@@ -108,10 +130,14 @@ class Encoder(nn.Module):
         mask: Tensor | None = None,
         bias: Tensor | None = None,
         need_weights: bool = False,
+        last_queries: int | None = None,
     ) -> tuple[Tensor, list[Tensor] | None]:
+        """``last_queries=n``: the last block computes the first n tokens only, (B, n, D)."""
         all_weights: list[Tensor] | None = [] if need_weights else None
-        for block in self.blocks:
-            x, weights = block(x, mask=mask, bias=bias, need_weights=need_weights)
+        last = len(self.blocks) - 1
+        for i, block in enumerate(self.blocks):
+            queries = last_queries if i == last else None
+            x, weights = block(x, mask=mask, bias=bias, need_weights=need_weights, queries=queries)
             if all_weights is not None:
                 all_weights.append(weights)
         return x, all_weights

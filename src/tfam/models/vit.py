@@ -122,11 +122,23 @@ class ViT(TfamModel):
     def forward(
         self, x: Tensor, return_attention: bool = False
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """x (B, C, H, W) -> logits (B, num_classes) [, list of depth x (B, H, L, L)]."""
+        """x (B, C, H, W) -> logits (B, num_classes) [, list of depth x (B, H, L, L)].
+
+        The same as ``forward_head(forward_features(x))``. With ``pool='cls'`` the head reads
+        [CLS] alone, so the last block computes that one row (its keys and values still come
+        from every token): about 1/depth less work, same logits up to float rounding. Not while
+        dropout is active: the full path draws the same dropout masks as the reference
+        implementations, so a seeded run matches theirs.
+        """
         if return_attention:
             tokens, weights = self.forward_features(x, return_attention=True)
             return self.forward_head(tokens), weights
-        return self.forward_head(self.forward_features(x))
+        c = self.config
+        dropout_active = self.training and (c.dropout > 0 or c.attn_dropout > 0)
+        if c.pool != "cls" or c.depth == 0 or dropout_active:
+            return self.forward_head(self.forward_features(x))
+        tokens, _ = self.encoder(self.embed(x), last_queries=1)
+        return self.forward_head(self.norm(tokens))
 
     def adapt_state_dict(self, state: dict[str, Tensor], saved: BaseConfig) -> dict[str, Tensor]:
         """Resample a saved position table to this model's patch grid."""
@@ -165,7 +177,7 @@ _vit(
 )
 _vit(
     "vit_fashion_mnist",
-    "small ViT for 28x28 Fashion-MNIST: 4x4 patches (49 tokens), D=96, 4 blocks",
+    "small ViT for 28x28 Fashion-MNIST: 4x4 patches (49 tokens), D=96, 4 blocks, MLP 2D, mean pool",
     image_size=28,
     patch_size=4,
     in_channels=1,
@@ -173,5 +185,9 @@ _vit(
     dim=96,
     depth=4,
     heads=4,
+    # An MLP of 2D instead of 4D trains 1.37x faster per image and, with mean pooling, was as
+    # accurate per epoch (4-epoch probes: 82.95% vs 82.86%), so more epochs fit the budget.
+    ffn_dim=192,
+    pool="mean",
     init_std=0.05,  # best of 0.02 / 0.05 / 0.1 in 400-step probes (69.5 / 70.7 / 67.3%)
 )
