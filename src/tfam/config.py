@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POOLS = ("cls", "mean")
-VIT_POSITIONS = ("learned", "none")
+VIT_POSITIONS = ("learned", "sincos2d", "none")
 
 
 def config_error(field_name: str, value: Any, valid: str) -> ValueError:
@@ -194,7 +194,7 @@ class ViTConfig(BaseConfig):
     num_classes: int = 1000  # 0 -> no head, forward returns pooled features
     pool: str = "cls"
     class_token: bool = True
-    position: str = "learned"
+    position: str = "learned"  # "learned" table, fixed "sincos2d" on the patch grid, or "none"
     pos_init_std: float = 0.02
     representation_size: int | None = None  # optional pre-logits Linear + tanh (ViT paper)
     final_norm: bool | None = None  # None -> True with pre-norm blocks, False with post-norm
@@ -218,6 +218,13 @@ class ViTConfig(BaseConfig):
         check_positive_int("num_classes", self.num_classes, allow_zero=True)
         check_choice("pool", self.pool, POOLS)
         check_choice("position", self.position, VIT_POSITIONS)
+        if self.position == "sincos2d" and self.dim % 4:
+            raise config_error(
+                "dim",
+                self.dim,
+                "position='sincos2d' splits dim into sine and cosine halves for rows and "
+                "columns, so dim must be divisible by 4",
+            )
         check_bool("class_token", self.class_token)
         if self.pool == "cls" and not self.class_token:
             raise config_error(

@@ -500,6 +500,23 @@ class _ViTExplainer:
                 2 * _numel(patches) * d_out + _numel(projected),
             ),
         ]
+        if m.pos_table is not None:
+            n = gh * gw
+            rows.append(
+                ExplainRow(
+                    "+ position",
+                    projected,
+                    projected,
+                    "N x D",
+                    "N x D",
+                    0,
+                    _numel(projected),
+                    note=(
+                        f"add the fixed 2-D sine-cosine table ({n} x D, nothing learned) to the "
+                        "patch tokens: rows in the first D/2 features, columns in the last"
+                    ),
+                )
+            )
         if m.cls_token is not None:
             rows.append(
                 ExplainRow(
@@ -529,7 +546,7 @@ class _ViTExplainer:
                     ),
                 )
             )
-        elif c.position != "none":
+        elif c.position not in ("none", "sincos2d"):
             raise ValueError(f"explain does not know position={c.position!r}")
         return rows
 

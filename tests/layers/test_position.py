@@ -1,4 +1,4 @@
-"""Position encodings: the sinusoidal table and resampling of a learned 2-D table."""
+"""Position encodings: the sinusoidal tables (1-D and 2-D) and resampling of a learned 2-D table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfam.layers.position import resample_pos_embed, sinusoidal_table
+from tfam.layers.position import resample_pos_embed, sincos_2d_table, sinusoidal_table
 
 
 @pytest.mark.parametrize("dim", [1, 2, 7, 8, 33])
@@ -33,6 +33,32 @@ def test_sinusoidal_table_base_and_first_row():
     torch.testing.assert_close(
         table[3, 2].double(), torch.tensor(math.sin(3 / 100 ** (2 / 6))).double()
     )
+
+
+@pytest.mark.parametrize("grid,dim", [((3, 5), 8), ((7, 7), 96), ((1, 4), 4)])
+def test_sincos_2d_table_is_row_then_column_sinusoids(grid, dim):
+    """Patch (i, j), row-major: the first D/2 features are the 1-D table of row i, the last
+    D/2 that of column j; checked against Python's math for every entry."""
+    gh, gw = grid
+    table = sincos_2d_table(grid, dim)
+    assert table.shape == (gh * gw, dim) and table.dtype == torch.float32
+    half = dim // 2
+    expected = torch.empty(gh * gw, dim, dtype=torch.float64)
+    for i in range(gh):
+        for j in range(gw):
+            for f in range(dim):
+                pos, k = (i, f) if f < half else (j, f - half)
+                angle = pos / 10000 ** ((k - k % 2) / half)
+                expected[i * gw + j, f] = math.sin(angle) if k % 2 == 0 else math.cos(angle)
+    torch.testing.assert_close(table.double(), expected, rtol=0, atol=1e-6)
+    # Every patch gets its own position.
+    assert torch.unique(table, dim=0).shape[0] == gh * gw
+
+
+@pytest.mark.parametrize("dim", [2, 6, 10])
+def test_sincos_2d_table_needs_dim_divisible_by_4(dim):
+    with pytest.raises(ValueError, match=f"dim={dim} .*dim % 4 == 0"):
+        sincos_2d_table((2, 2), dim)
 
 
 def bicubic_reference(grid_rows: torch.Tensor, old: tuple[int, int], new: tuple[int, int]):

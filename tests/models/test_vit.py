@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import tfam
+from tfam.layers.position import sincos_2d_table
 from tfam.models import ViT, count_parameters
 
 TINY = dict(image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=2, heads=2)
@@ -74,6 +75,8 @@ def test_preset_parameter_counts(name, expected):
         {},
         {"class_token": False, "pool": "mean"},
         {"position": "none"},
+        {"position": "sincos2d"},
+        {"position": "sincos2d", "class_token": False, "pool": "mean"},
         {"num_classes": 0},
         {"image_size": (8, 12), "patch_size": (4, 2), "in_channels": 3},
     ],
@@ -144,6 +147,43 @@ def test_learned_positions_break_equivariance(rng):
     assert gap > 1e-2, f"position embeddings should make token order matter (gap {gap:.2e})"
     logit_gap = (model(permute_patches(x, (4, 4), perm)) - model(x)).abs().max().item()
     assert logit_gap > 1e-3
+
+
+@pytest.mark.parametrize("class_token", [True, False])
+def test_sincos2d_positions_are_fixed_and_go_to_patches_only(rng, class_token):
+    """position='sincos2d': the fixed table is added to the patch tokens ([CLS] gets none),
+    nothing is learned or saved, and another image size gets that grid's exact table."""
+    pool = "cls" if class_token else "mean"
+    model = randomize_(tiny(position="sincos2d", class_token=class_token, pool=pool), rng).eval()
+    assert model.pos_embed is None
+    names = {n for n, _ in model.named_parameters()} | set(model.state_dict())
+    assert not any("pos" in n for n in names), names
+    for size, grid in [((8, 8), (2, 2)), ((12, 16), (3, 4))]:
+        x = images(rng, 2, 1, *size)
+        patches = model.patch_embed(x) + sincos_2d_table(grid, 8)
+        expected = (
+            torch.cat([model.cls_token.expand(2, -1, -1), patches], 1) if class_token else patches
+        )
+        torch.testing.assert_close(model.embed(x), expected, rtol=0, atol=0)
+    # Position makes token order matter.
+    x = images(rng, 2, 1, 8, 8)
+    perm = torch.tensor([3, 0, 2, 1])
+    assert (model(permute_patches(x, (4, 4), perm)) - model(x)).abs().max() > 1e-3
+
+
+def test_sincos2d_survives_save_load_and_dtype(rng, tmp_path):
+    model = randomize_(tiny(position="sincos2d"), rng).eval()
+    x = images(rng, 2, 1, 8, 8)
+    model.save_pretrained(tmp_path)
+    loaded = tfam.from_pretrained(tmp_path).eval()
+    assert torch.equal(loaded(x), model(x))
+    # The table follows the model's dtype like any buffer.
+    assert model.double().pos_table.dtype == torch.float64
+
+
+def test_sincos2d_needs_dim_divisible_by_4():
+    with pytest.raises(ValueError, match=r"dim=6 is invalid: position='sincos2d'.*divisible by 4"):
+        tiny(position="sincos2d", dim=6, heads=2)
 
 
 # ---------------------------------------------------------------------------------------------

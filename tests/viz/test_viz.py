@@ -15,6 +15,7 @@ from PIL import Image
 
 import tfam
 import tfam.cli
+from tfam.layers.position import sincos_2d_table
 from tfam.viz import (
     attention_maps,
     attention_rollout,
@@ -169,6 +170,15 @@ def test_position_similarity_is_cosine_of_patch_embeddings() -> None:
     assert torch.allclose(sim[0, 0, 3, 3], torch.tensor(1.0))
     assert sim[1, 1, 0, 0].item() == pytest.approx(1 / 2**0.5, abs=1e-6)
     assert torch.allclose(sim.reshape(16, 16).diagonal(), torch.ones(16))
+
+
+def test_position_similarity_of_a_sincos2d_model_is_its_fixed_table(tmp_path) -> None:
+    model = tiny_vit(position="sincos2d")
+    unit = torch.nn.functional.normalize(sincos_2d_table((4, 4), model.config.dim), dim=-1)
+    torch.testing.assert_close(position_similarity(model), (unit @ unit.T).reshape(4, 4, 4, 4))
+    fig = plot_position_similarity(model, tmp_path / "pos.png")
+    assert fig._suptitle.get_text().startswith("Fixed 2-D sine-cosine")
+    assert_png(tmp_path / "pos.png")
 
 
 def test_position_none_is_a_clear_error() -> None:

@@ -28,8 +28,9 @@ patch receives instead. Heat maps are upsampled to the image size and laid over 
 POS_EPILOG = """example:
   tfam viz pos runs/digits --out position.png
 
-For each patch position (i, j), a small map of the cosine similarity of its learned position
-embedding to those of all patches (ViT paper, figure 7).
+For each patch position (i, j), a small map of the cosine similarity of its position
+embedding to those of all patches (ViT paper, figure 7): the learned table, or the fixed
+2-D sine-cosine one for models with position='sincos2d'.
 """
 
 CURVES_EPILOG = """example:
@@ -87,8 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "pos",
-        help="cosine similarity of learned position embeddings (ViT paper, figure 7)",
-        description="Cosine similarity of the learned position embeddings, patch by patch.",
+        help="cosine similarity of position embeddings (ViT paper, figure 7)",
+        description="Cosine similarity of the position embeddings, patch by patch.",
         epilog=POS_EPILOG,
         formatter_class=raw,
     )

@@ -46,3 +46,14 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> Tensor:
     table[:, 0::2] = torch.sin(pos * inv)
     table[:, 1::2] = torch.cos(pos * inv)[:, : dim // 2]
     return table.float()
+
+
+def sincos_2d_table(grid: tuple[int, int], dim: int, base: float = 10000.0) -> Tensor:
+    """Fixed 2-D sine-cosine positions for a patch grid: the first D/2 features encode the
+    row with :func:`sinusoidal_table`, the last D/2 the column. -> (gh*gw, D) float32."""
+    if dim % 4:
+        raise ValueError(f"dim={dim} is invalid for 2-D sine-cosine positions: needs dim % 4 == 0")
+    gh, gw = grid
+    rows = sinusoidal_table(gh, dim // 2, base)[:, None, :].expand(gh, gw, dim // 2)
+    cols = sinusoidal_table(gw, dim // 2, base)[None, :, :].expand(gh, gw, dim // 2)
+    return torch.cat([rows, cols], dim=-1).reshape(gh * gw, dim)

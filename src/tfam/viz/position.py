@@ -1,9 +1,10 @@
-"""What the learned position embeddings learned: cosine similarity between patch positions.
+"""What the position embeddings encode: cosine similarity between patch positions.
 
 As in the ViT paper (Dosovitskiy et al. 2021, figure 7): for every patch position (i, j) a small
 gh x gw map of the cosine similarity of its embedding to the embeddings of all patches. A model
 that learned 2-D structure shows a bright spot at (i, j) fading with distance, often with its
-row and column lit up.
+row and column lit up. A fixed 2-D sine-cosine table (position='sincos2d') is drawn the same
+way, for comparison.
 """
 
 from __future__ import annotations
@@ -23,17 +24,20 @@ def position_similarity(model: nn.Module) -> Tensor:
     config = getattr(model, "config", None)
     position = getattr(config, "position", None)
     pos = getattr(model, "pos_embed", None)
+    prefix = int(getattr(model, "num_prefix_tokens", 0))
+    if position == "sincos2d":
+        # The fixed table, for comparison with a learned one; it has no prefix rows.
+        pos, prefix = model.pos_table, 0
     if position == "none" or pos is None:
         raise ValueError(
-            f"position={position!r}: the model has no learned position embeddings to show; "
-            "valid for models trained with position='learned'"
+            f"position={position!r}: the model has no position embeddings to show; "
+            "valid for models with position='learned' or 'sincos2d'"
         )
     if not isinstance(pos, Tensor) or pos.ndim != 3:
         raise ValueError(
             f"model.pos_embed has shape {tuple(getattr(pos, 'shape', ()))}; expected (1, L, D)"
         )
     gh, gw = model.patch_embed.grid_size
-    prefix = int(getattr(model, "num_prefix_tokens", 0))
     table = pos.detach().float().cpu()[0, prefix:]  # (N, D)
     if table.shape[0] != gh * gw:
         raise ValueError(
@@ -53,6 +57,7 @@ def plot_position_similarity(
     from matplotlib.figure import Figure
 
     sim = position_similarity(model).numpy()
+    kind = "Fixed 2-D sine-cosine" if model.config.position == "sincos2d" else "Learned"
     gh, gw = sim.shape[:2]
     # One mosaic image with a one-pixel gap between the small maps: a single imshow keeps
     # 14 x 14 grids (196 maps) as quick to draw as 4 x 4 ones.
@@ -80,7 +85,7 @@ def plot_position_similarity(
     bar.set_label("cosine similarity")
     fig.suptitle(
         title
-        or f"Position embedding similarity ({gh}x{gw} patches)\n"
+        or f"{kind} position embedding similarity ({gh}x{gw} patches)\n"
         "each small map: one patch's similarity to every patch",
         fontsize=11,
     )
