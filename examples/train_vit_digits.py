@@ -1,6 +1,6 @@
 """Train a small Vision Transformer on scikit-learn's 8x8 digits, end to end, in Python.
 
-    python examples/train_vit_digits.py            # ~98-99% test accuracy in ~3 minutes
+    python examples/train_vit_digits.py            # ~98-99% test accuracy in ~2 minutes
     python examples/train_vit_digits.py --epochs 20 --out runs/digits-quick
 
 The same run from the command line: `tfam train vit --data digits`.

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 # Per-dataset defaults: the model preset, extra model fields, and the training settings.
-# Measured on the shared 2-core CPU: digits 98.89% final (best 99.17%) in 142 s; Fashion-MNIST
+# Measured on the shared 2-core CPU: digits 99.44% final in 99 s; Fashion-MNIST
 # 91.65% in 34.4 min (24 epochs; with a learned position table instead of sine-cosine, 89.83% in
 # 40.1 min), init_std chosen from 400-step probes (0.02: 69.5%, 0.05: 70.7%, 0.1: 67.3%).
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": {
         "preset": "vit_digits",
-        "model": {},  # init_std=0.1, drop_path=0.1 live in the vit_digits preset
+        "model": {},  # init_std=0.1, drop_path=0.1, attention=math live in the vit_digits preset
         "epochs": 150,
         "batch_size": 128,
         "lr": 2e-3,

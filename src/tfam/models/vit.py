@@ -190,6 +190,9 @@ _vit(
     heads=4,
     init_std=0.1,
     drop_path=0.1,
+    # At 17 tokens the written-out kernel trains faster than torch's fused SDPA (default digits
+    # run: 99.0 s against 130.5 s, measured).
+    attention="math",
 )
 _vit(
     "vit_fashion_mnist",
