@@ -9,7 +9,8 @@ import re
 import pytest
 
 import tfam
-from tfam.config import BaseConfig, ViTConfig
+from tfam.config import BaseConfig
+from tfam.models.vit import ViTConfig
 from tfam.models import create_config, list_models
 
 TINY = dict(image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=1, heads=2)

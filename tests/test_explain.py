@@ -196,10 +196,13 @@ def test_first_view_summarises_blocks_2_to_n() -> None:
 
 
 def test_first_view_says_when_blocks_differ() -> None:
+    from tfam.config import BaseConfig
     from tfam.layers import FeedForward
 
     model = tfam.create_model("vit_digits")
-    model.blocks[2].mlp = FeedForward(64, 256, "relu")  # same parameters, cheaper activation
+    model.blocks[2].mlp = FeedForward(
+        BaseConfig(dim=64, heads=1, ffn_dim=256, activation="relu")
+    )  # same parameters, cheaper activation
     first, every = explain(model), explain(model, blocks="all")
     summary = row(first, "blocks differ from block 1", "2..4")
     assert "--blocks all" in summary.note

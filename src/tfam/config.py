@@ -2,6 +2,12 @@
 
 Every config validates itself at construction; a wrong value raises ``ValueError`` naming the
 field, the value and what would be valid.
+
+This module imports nothing of tfam. Each family's config subclasses :class:`BaseConfig` in the
+family's own file (``ViTConfig`` in ``tfam/models/vit.py``) and registers itself by its
+``family`` name. Bricks that a config names by string register themselves here too: attention
+kernels fill :data:`ATTENTION_KERNELS` when ``tfam.layers`` is imported, so a config can check
+``attention`` and ``attention_options`` without importing a brick.
 """
 
 from __future__ import annotations
@@ -11,12 +17,24 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POOLS = ("cls", "mean")
-VIT_POSITIONS = ("learned", "sincos2d", "none")
+# Every position encoding a family may name; each family narrows it to what it implements.
+POSITIONS = ("learned", "sinusoidal", "sincos2d", "none")
+
+
+class OptionsValidator(Protocol):
+    """What a config needs from a kernel: turn its options into a checked, JSON-ready dict."""
+
+    @classmethod
+    def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]: ...
+
+
+# Attention kernel name -> kernel class (filled by tfam.layers.kernels).
+ATTENTION_KERNELS: dict[str, type[OptionsValidator]] = {}
 
 
 def config_error(field_name: str, value: Any, valid: str) -> ValueError:
@@ -51,6 +69,19 @@ def check_probability(field_name: str, value: Any) -> None:
         raise config_error(field_name, value, "expected a float in [0, 1)")
 
 
+def divisors(n: int, limit: int = 12) -> list[int]:
+    """The first ``limit`` divisors of n in increasing order, found in O(sqrt(n)) steps."""
+    small, large = [], []
+    i = 1
+    while i * i <= n and len(small) < limit:
+        if n % i == 0:
+            small.append(i)
+            if i != n // i:
+                large.append(n // i)
+        i += 1
+    return sorted(small + large)[:limit]
+
+
 def as_pair(field_name: str, value: Any) -> tuple[int, int]:
     """An int or a (height, width) pair -> (height, width), validated positive."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -70,9 +101,15 @@ _CONFIG_CLASSES: dict[str, type[BaseConfig]] = {}
 
 @dataclass
 class BaseConfig:
-    """Fields shared by every family; a family subclasses this and adds its own."""
+    """Fields shared by every family; a family subclasses this and adds its own.
+
+    Bricks (attention, feed-forward, blocks, stacks) are built from a config: any family's
+    config, or a plain ``BaseConfig(dim=..., heads=...)`` in tests and small compositions.
+    ``positions`` lists the ``position`` values the family implements.
+    """
 
     family: ClassVar[str] = ""
+    positions: ClassVar[tuple[str, ...]] = POSITIONS
 
     dim: int = 768
     depth: int = 12
@@ -86,6 +123,8 @@ class BaseConfig:
     attn_dropout: float = 0.0
     drop_path: float = 0.0
     attention: str = "sdpa"
+    attention_options: dict[str, Any] = field(default_factory=dict)
+    position: str = "learned"
     qkv_bias: bool = True
     fused_qkv: bool = True
     init_std: float = 0.02
@@ -96,17 +135,15 @@ class BaseConfig:
             _CONFIG_CLASSES[cls.family] = cls
 
     def __post_init__(self) -> None:
-        from tfam.layers.kernels import KERNELS  # late import: layers import config helpers
-
         check_positive_int("dim", self.dim)
         check_positive_int("depth", self.depth, allow_zero=True)
         check_positive_int("heads", self.heads)
         if self.dim % self.heads:
-            divisors = [h for h in range(1, self.dim + 1) if self.dim % h == 0]
             raise config_error(
                 "heads",
                 self.heads,
-                f"dim={self.dim} must be divisible by heads; valid head counts: {divisors[:12]}",
+                f"dim={self.dim} must be divisible by heads; valid head counts: "
+                f"{divisors(self.dim)}",
             )
         if self.ffn_dim is None:
             self.ffn_dim = 4 * self.dim
@@ -117,7 +154,8 @@ class BaseConfig:
             raise config_error("norm_eps", self.norm_eps, "expected a float in (0, 1)")
         for name in ("dropout", "attn_dropout", "drop_path"):
             check_probability(name, getattr(self, name))
-        check_choice("attention", self.attention, sorted(KERNELS))
+        self.attention_options = check_attention(self.attention, self.attention_options)
+        check_choice("position", self.position, self.positions)
         for name in ("norm_first", "qkv_bias", "fused_qkv"):
             check_bool(name, getattr(self, name))
         if not isinstance(self.init_std, int | float) or self.init_std <= 0:
@@ -132,7 +170,7 @@ class BaseConfig:
         d = {"family": self.family}
         for f in fields(self):
             v = getattr(self, f.name)
-            d[f.name] = list(v) if isinstance(v, tuple) else v
+            d[f.name] = list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
         return d
 
     def to_json(self, indent: int = 2) -> str:
@@ -141,6 +179,10 @@ class BaseConfig:
     def replace(self, **changes: Any) -> BaseConfig:
         """A validated copy with some fields changed (unknown names raise ValueError)."""
         check_fields(type(self), changes)
+        if "attention" in changes and "attention_options" not in changes:
+            # Options belong to a kernel: another kernel starts from its own defaults.
+            if changes["attention"] != self.attention:
+                changes = {**changes, "attention_options": {}}
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -170,85 +212,37 @@ def check_fields(cls: type[BaseConfig], values: dict[str, Any]) -> None:
             )
 
 
-def config_class(family: str) -> type[BaseConfig]:
-    import tfam.models  # noqa: F401  (registers every family's config)
+def check_attention(name: Any, options: Any) -> dict[str, Any]:
+    """Validate a kernel name and its options against the registered kernels; returns the
+    options as the kernel normalises them (JSON-ready)."""
+    if not ATTENTION_KERNELS:
+        raise RuntimeError("no attention kernel is registered: import tfam (or tfam.layers) first")
+    check_choice("attention", name, sorted(ATTENTION_KERNELS))
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise config_error("attention_options", options, "expected a dict (a JSON object)")
+    return ATTENTION_KERNELS[name].validate_options(options)
 
+
+def config_class(family: str) -> type[BaseConfig]:
+    """The config class registered for a family (families register when tfam is imported)."""
     if family not in _CONFIG_CLASSES:
         raise config_error("family", family, f"expected one of {sorted(_CONFIG_CLASSES)}")
     return _CONFIG_CLASSES[family]
 
 
-@dataclass
-class ViTConfig(BaseConfig):
-    """Vision Transformer: patches -> linear projection -> [CLS] + position -> N blocks -> head.
-
-    ``patch_dim`` (P_h * P_w * C, the flattened patch) follows from ``patch_size`` and
-    ``in_channels``; the embedding width ``dim`` (D) is set independently.
-    """
-
-    family: ClassVar[str] = "vit"
-
-    image_size: Any = 224  # int or (height, width)
-    patch_size: Any = 16  # int or (height, width)
-    in_channels: int = 3
-    num_classes: int = 1000  # 0 -> no head, forward returns pooled features
-    pool: str = "cls"
-    class_token: bool = True
-    position: str = "learned"  # "learned" table, fixed "sincos2d" on the patch grid, or "none"
-    pos_init_std: float = 0.02
-    representation_size: int | None = None  # optional pre-logits Linear + tanh (ViT paper)
-    final_norm: bool | None = None  # None -> True with pre-norm blocks, False with post-norm
-    norm_eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.image_size = as_pair("image_size", self.image_size)
-        self.patch_size = as_pair("patch_size", self.patch_size)
-        for axis, (img, p) in enumerate(zip(self.image_size, self.patch_size, strict=True)):
-            if img % p:
-                which = ("height", "width")[axis]
-                valid = [d for d in range(1, img + 1) if img % d == 0]
-                raise config_error(
-                    "patch_size",
-                    self.patch_size if self.patch_size[0] != self.patch_size[1] else p,
-                    f"the image {which} {img} is not divisible by the patch {which} {p}; "
-                    f"patch {which}s that divide it: {valid}",
-                )
-        check_positive_int("in_channels", self.in_channels)
-        check_positive_int("num_classes", self.num_classes, allow_zero=True)
-        check_choice("pool", self.pool, POOLS)
-        check_choice("position", self.position, VIT_POSITIONS)
-        if self.position == "sincos2d" and self.dim % 4:
-            raise config_error(
-                "dim",
-                self.dim,
-                "position='sincos2d' splits dim into sine and cosine halves for rows and "
-                "columns, so dim must be divisible by 4",
-            )
-        check_bool("class_token", self.class_token)
-        if self.pool == "cls" and not self.class_token:
-            raise config_error(
-                "pool", self.pool, "pool='cls' needs class_token=True; use pool='mean'"
-            )
-        if self.representation_size is not None:
-            check_positive_int("representation_size", self.representation_size)
-        if self.final_norm is None:
-            self.final_norm = bool(self.norm_first)
-        check_bool("final_norm", self.final_norm)
-
-    @property
-    def grid_size(self) -> tuple[int, int]:
-        return (self.image_size[0] // self.patch_size[0], self.image_size[1] // self.patch_size[1])
-
-    @property
-    def num_patches(self) -> int:
-        gh, gw = self.grid_size
-        return gh * gw
-
-    @property
-    def patch_dim(self) -> int:
-        """P_h * P_w * C: the length of one flattened patch."""
-        return self.patch_size[0] * self.patch_size[1] * self.in_channels
-
-
-__all__ = ["BaseConfig", "ViTConfig", "config_class", "config_error", "field"]
+__all__ = [
+    "ATTENTION_KERNELS",
+    "BaseConfig",
+    "as_pair",
+    "check_attention",
+    "check_bool",
+    "check_choice",
+    "check_fields",
+    "check_positive_int",
+    "check_probability",
+    "config_class",
+    "config_error",
+    "divisors",
+]

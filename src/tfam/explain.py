@@ -33,7 +33,7 @@ import ast
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,10 +294,12 @@ class _Trace:
         return calls[0]
 
     def kernel(self, module: nn.Module) -> _KernelCall:
-        calls = self.kernels.get(module, [])
+        """The kernel call of an attention module (its kernel is a module, hooked like any)."""
+        calls = self.calls.get(module.kernel, [])
         if len(calls) != 1:
             raise RuntimeError(f"explain expected one attention kernel call, saw {len(calls)}")
-        return calls[0]
+        q, k, v = calls[0].inputs[:3]
+        return _KernelCall(q, k, v, calls[0].output)
 
 
 def _trace(model: TfamModel, example: Tensor) -> _Trace:
@@ -306,11 +308,8 @@ def _trace(model: TfamModel, example: Tensor) -> _Trace:
     (hooks removed, kernels restored, train/eval flags restored, weights untouched)."""
     from torch.func import functional_call
 
-    from tfam.layers.attention import MultiHeadAttention
-
     trace = _Trace()
     handles = []
-    kernels: list[tuple[MultiHeadAttention, Callable[..., Any]]] = []
     training = {m: m.training for m in model.modules()}
 
     def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
@@ -319,21 +318,9 @@ def _trace(model: TfamModel, example: Tensor) -> _Trace:
         if out is not None:
             trace.calls.setdefault(module, []).append(_Call(inputs, out))
 
-    def recording(mhsa: MultiHeadAttention, kernel: Callable[..., Any]) -> Callable[..., Any]:
-        def traced(q: Tensor, k: Tensor, v: Tensor, *args: Any, **kwargs: Any) -> Any:
-            out, weights = kernel(q, k, v, *args, **kwargs)
-            shapes = _KernelCall(tuple(q.shape), tuple(k.shape), tuple(v.shape), tuple(out.shape))
-            trace.kernels.setdefault(mhsa, []).append(shapes)
-            return out, weights
-
-        return traced
-
     try:
         for module in model.modules():
             handles.append(module.register_forward_hook(hook))
-            if isinstance(module, MultiHeadAttention):
-                kernels.append((module, module.kernel))
-                module.kernel = recording(module, module.kernel)
         model.eval()  # dropout and drop-path are identities here; they cost nothing anyway
         # return_attention=True runs the whole computation the seed's table describes: every
         # block over every token (a plain ViT forward skips the last block's non-[CLS] rows).
@@ -349,8 +336,6 @@ def _trace(model: TfamModel, example: Tensor) -> _Trace:
     finally:
         for h in handles:
             h.remove()
-        for module, kernel in kernels:
-            module.kernel = kernel
         for module, flag in training.items():
             module.training = flag
     return trace

@@ -23,7 +23,8 @@ from torch import nn  # noqa: E402
 import tfam  # noqa: E402
 from tfam.interop import from_hf, to_hf  # noqa: E402
 from tfam.interop.hf_vit import canonical_hf_key  # noqa: E402
-from tfam.layers import KERNELS, math_attention  # noqa: E402
+from tfam.layers import KERNELS  # noqa: E402
+from tfam.layers.kernels import MathKernel  # noqa: E402
 
 ATOL = 1e-5
 
@@ -454,7 +455,7 @@ def test_to_hf_refuses_what_hf_cannot_express(overrides: dict, message: str) -> 
 
 
 def test_to_hf_refuses_other_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(KERNELS, "some_approximation", math_attention)
+    monkeypatch.setitem(KERNELS, "some_approximation", MathKernel)
     model = tfam_vit()
     model.set_attention("some_approximation")
     with pytest.raises(ValueError, match=r"attention='some_approximation'.*set_attention"):

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from tfam.config import BaseConfig
 from tfam.layers.attention import MultiHeadAttention
 
 KERNELS = ("math", "sdpa")
@@ -42,7 +43,7 @@ def randomize_(module: nn.Module, gen: torch.Generator) -> nn.Module:
 def fused_to_unfused(fused: MultiHeadAttention) -> MultiHeadAttention:
     """The same layer with W_Q, W_K, W_V as three Linear layers."""
     unfused = MultiHeadAttention(
-        fused.dim, fused.heads, fused_qkv=False, attention=fused.attention
+        BaseConfig(dim=fused.dim, heads=fused.heads, fused_qkv=False, attention=fused.attention)
     ).to(fused.out_proj.weight.dtype)
     d = fused.dim
     with torch.no_grad():
@@ -58,7 +59,9 @@ def fused_to_unfused(fused: MultiHeadAttention) -> MultiHeadAttention:
 @pytest.mark.parametrize("padding", [False, True], ids=["no_mask", "key_padding"])
 def test_equals_torch_multihead_attention(rng, kernel, fused, padding):
     b, n, d, h = 3, 5, 12, 3
-    mha = randomize_(MultiHeadAttention(d, h, fused_qkv=fused, attention=kernel), rng).double()
+    mha = randomize_(
+        MultiHeadAttention(BaseConfig(dim=d, heads=h, fused_qkv=fused, attention=kernel)), rng
+    ).double()
     ref = copy_to_torch(mha).eval()
     mha.eval()
     x = torch.randn(b, n, d, generator=rng, dtype=torch.float64)
@@ -82,7 +85,7 @@ def test_equals_torch_multihead_attention(rng, kernel, fused, padding):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_equals_torch_multihead_attention_float32(rng, kernel):
     """The default dtype too, at float32 tolerance."""
-    mha = randomize_(MultiHeadAttention(16, 4, attention=kernel), rng).eval()
+    mha = randomize_(MultiHeadAttention(BaseConfig(dim=16, heads=4, attention=kernel)), rng).eval()
     ref = copy_to_torch(mha).eval()
     x = torch.randn(2, 7, 16, generator=rng)
     with torch.no_grad():
@@ -91,7 +94,9 @@ def test_equals_torch_multihead_attention_float32(rng, kernel):
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_fused_and_unfused_layouts_agree(rng, kernel):
-    fused = randomize_(MultiHeadAttention(8, 2, attention=kernel), rng).double()
+    fused = randomize_(
+        MultiHeadAttention(BaseConfig(dim=8, heads=2, attention=kernel)), rng
+    ).double()
     unfused = fused_to_unfused(fused)
     x = torch.randn(2, 4, 8, generator=rng, dtype=torch.float64)
     ctx = torch.randn(2, 6, 8, generator=rng, dtype=torch.float64)
@@ -109,7 +114,9 @@ def test_self_and_cross_attention_equal_the_formula(rng, ref_mhsa, kernel, fused
     """Per-head loop formula, queries from x (Lq = 3) and keys/values from a context (Lk = 5),
     with a mask and an additive bias."""
     b, lq, lk, d, h = 2, 3, 5, 12, 4
-    mha = randomize_(MultiHeadAttention(d, h, fused_qkv=fused, attention=kernel), rng).double()
+    mha = randomize_(
+        MultiHeadAttention(BaseConfig(dim=d, heads=h, fused_qkv=fused, attention=kernel)), rng
+    ).double()
     x = torch.randn(b, lq, d, generator=rng, dtype=torch.float64)
     ctx = torch.randn(b, lk, d, generator=rng, dtype=torch.float64)
     mask = torch.rand(b, 1, lq, lk, generator=rng) > 0.3
@@ -131,7 +138,11 @@ def test_self_and_cross_attention_equal_the_formula(rng, ref_mhsa, kernel, fused
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_cross_attention_equals_torch(rng, kernel):
     b, lq, lk, d, h = 2, 3, 6, 8, 2
-    mha = randomize_(MultiHeadAttention(d, h, attention=kernel), rng).double().eval()
+    mha = (
+        randomize_(MultiHeadAttention(BaseConfig(dim=d, heads=h, attention=kernel)), rng)
+        .double()
+        .eval()
+    )
     ref = copy_to_torch(mha).eval()
     x = torch.randn(b, lq, d, generator=rng, dtype=torch.float64)
     ctx = torch.randn(b, lk, d, generator=rng, dtype=torch.float64)
@@ -143,7 +154,9 @@ def test_cross_attention_equals_torch(rng, kernel):
 def test_gradcheck_float64(rng, kernel, fused):
     """Analytic gradients (inputs, context, bias and every parameter) equal finite differences."""
     b, lq, lk, d, h = 1, 3, 4, 4, 2
-    mha = randomize_(MultiHeadAttention(d, h, fused_qkv=fused, attention=kernel), rng).double()
+    mha = randomize_(
+        MultiHeadAttention(BaseConfig(dim=d, heads=h, fused_qkv=fused, attention=kernel)), rng
+    ).double()
     names = [name for name, _ in mha.named_parameters()]
     params = [p.detach().clone().requires_grad_() for p in mha.parameters()]
     x = torch.randn(b, lq, d, generator=rng, dtype=torch.float64, requires_grad=True)
@@ -168,16 +181,16 @@ def test_gradcheck_float64(rng, kernel, fused):
 
 def test_heads_must_divide_dim():
     with pytest.raises(ValueError, match=r"heads=3.*dim=10"):
-        MultiHeadAttention(10, 3)
+        MultiHeadAttention(BaseConfig(dim=10, heads=3))
 
 
 def test_unknown_kernel_name_raises():
     with pytest.raises(ValueError, match="attention='flashy'"):
-        MultiHeadAttention(8, 2, attention="flashy")
+        MultiHeadAttention(BaseConfig(dim=8, heads=2, attention="flashy"))
 
 
 def test_set_kernel_keeps_weights(rng):
-    mha = randomize_(MultiHeadAttention(8, 2, attention="sdpa"), rng).double()
+    mha = randomize_(MultiHeadAttention(BaseConfig(dim=8, heads=2, attention="sdpa")), rng).double()
     x = torch.randn(2, 5, 8, generator=rng, dtype=torch.float64)
     before = mha(x)[0]
     mha.set_kernel("math")

@@ -10,7 +10,16 @@ import torch
 from torch import Tensor, nn
 
 import tfam
-from tfam.layers import DropPath, Encoder, EncoderBlock, FeedForward, LayerNorm, RMSNorm, make_norm
+from tfam.config import BaseConfig
+from tfam.layers import (
+    DropPath,
+    EncoderBlock,
+    FeedForward,
+    LayerNorm,
+    RMSNorm,
+    TransformerStack,
+    make_norm,
+)
 
 EPS = 1e-6
 
@@ -69,7 +78,9 @@ def mlp_formula(mlp: FeedForward, x: Tensor) -> Tensor:
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
 def test_pre_norm_block_equals_formula(rng, ref_mhsa, attention, norm):
     """X1 = X0 + MHSA(LN(X0)); X_out = X1 + MLP(LN(X1))."""
-    block = EncoderBlock(12, 3, ffn_dim=20, norm=norm, norm_first=True, attention=attention)
+    block = EncoderBlock(
+        BaseConfig(dim=12, heads=3, ffn_dim=20, norm=norm, norm_first=True, attention=attention)
+    )
     block = randomize_(block.double(), rng)
     x0 = torch.randn(2, 5, 12, generator=rng, dtype=torch.float64)
     mask = torch.rand(2, 1, 1, 5, generator=rng) > 0.3
@@ -83,7 +94,11 @@ def test_pre_norm_block_equals_formula(rng, ref_mhsa, attention, norm):
 @pytest.mark.parametrize("attention", ["math", "sdpa"])
 def test_post_norm_block_equals_formula(rng, ref_mhsa, attention):
     """X1 = LN(X0 + MHSA(X0)); X_out = LN(X1 + MLP(X1))."""
-    block = EncoderBlock(8, 2, ffn_dim=16, norm_first=False, activation="relu", attention=attention)
+    block = EncoderBlock(
+        BaseConfig(
+            dim=8, heads=2, ffn_dim=16, norm_first=False, activation="relu", attention=attention
+        )
+    )
     block = randomize_(block.double(), rng)
     x0 = torch.randn(3, 4, 8, generator=rng, dtype=torch.float64)
     x1 = norm_formula(block.norm1, x0 + ref_mhsa(block.mhsa, x0))
@@ -101,7 +116,14 @@ def test_first_queries_only_equal_those_rows_of_the_full_block(
 ):
     """queries=n: the first n output rows, the same as the full block's (keys from all)."""
     block = EncoderBlock(
-        12, 3, ffn_dim=20, norm_first=norm_first, attention=attention, fused_qkv=fused_qkv
+        BaseConfig(
+            dim=12,
+            heads=3,
+            ffn_dim=20,
+            norm_first=norm_first,
+            attention=attention,
+            fused_qkv=fused_qkv,
+        )
     )
     block = randomize_(block.double(), rng)
     x = torch.randn(2, 6, 12, generator=rng, dtype=torch.float64)
@@ -119,7 +141,7 @@ def test_first_queries_only_equal_those_rows_of_the_full_block(
 
 
 def test_encoder_last_queries_cuts_the_last_block_only(rng):
-    encoder = randomize_(Encoder(3, dim=8, heads=2).double(), rng).eval()
+    encoder = randomize_(TransformerStack(BaseConfig(depth=3, dim=8, heads=2)).double(), rng).eval()
     x = torch.randn(2, 5, 8, generator=rng, dtype=torch.float64)
     seen = []
     for blk in encoder.blocks:
@@ -131,8 +153,8 @@ def test_encoder_last_queries_cuts_the_last_block_only(rng):
 
 def test_pre_and_post_norm_differ(rng):
     """The flag is wired: the same weights give different outputs in the two orders."""
-    pre = randomize_(EncoderBlock(8, 2, norm_first=True).double(), rng)
-    post = EncoderBlock(8, 2, norm_first=False).double()
+    pre = randomize_(EncoderBlock(BaseConfig(dim=8, heads=2, norm_first=True)).double(), rng)
+    post = EncoderBlock(BaseConfig(dim=8, heads=2, norm_first=False)).double()
     post.load_state_dict(pre.state_dict())
     x = torch.randn(2, 3, 8, generator=rng, dtype=torch.float64)
     assert (pre(x)[0] - post(x)[0]).abs().max() > 1e-3
@@ -166,7 +188,9 @@ def test_drop_path_drops_whole_samples_with_the_right_expectation():
 def test_drop_path_is_per_sample_inside_a_block(rng):
     """In a block in training, some samples take the residual path only."""
     torch.manual_seed(3)
-    block = randomize_(EncoderBlock(8, 2, drop_path=0.5).double(), rng).train()
+    block = randomize_(
+        EncoderBlock(BaseConfig(dim=8, heads=2, drop_path=0.5)).double(), rng
+    ).train()
     x = torch.randn(64, 3, 8, generator=rng, dtype=torch.float64)
     out = block(x)[0]
     unchanged = (out == x).flatten(1).all(1)
@@ -174,13 +198,13 @@ def test_drop_path_is_per_sample_inside_a_block(rng):
 
 
 def test_encoder_drop_path_rises_linearly():
-    enc = Encoder(5, drop_path=0.2, dim=8, heads=2)
+    enc = TransformerStack(BaseConfig(depth=5, drop_path=0.2, dim=8, heads=2))
     rates = [blk.drop_path.p for blk in enc.blocks]
     assert rates == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2])
 
 
 def test_encoder_is_the_stack_of_its_blocks(rng):
-    enc = randomize_(Encoder(3, dim=8, heads=2).double(), rng)
+    enc = randomize_(TransformerStack(BaseConfig(depth=3, dim=8, heads=2)).double(), rng)
     x = torch.randn(2, 4, 8, generator=rng, dtype=torch.float64)
     out, none = enc(x)
     assert none is None
@@ -212,7 +236,9 @@ def test_encoder_blocks_initialised_independently():
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"])
 def test_feedforward_activations_equal_formulas(rng, activation):
-    mlp = randomize_(FeedForward(6, 10, activation=activation).double(), rng)
+    mlp = randomize_(
+        FeedForward(BaseConfig(dim=6, heads=1, ffn_dim=10, activation=activation)).double(), rng
+    )
     gated = activation in ("swiglu", "geglu")
     assert mlp.fc1.weight.shape == ((20 if gated else 10), 6)
     assert mlp.fc2.weight.shape == (6, 10)
@@ -221,9 +247,9 @@ def test_feedforward_activations_equal_formulas(rng, activation):
 
 
 def test_feedforward_default_width_and_bad_activation():
-    assert FeedForward(8).fc1.out_features == 32
+    assert FeedForward(BaseConfig(dim=8, heads=1)).fc1.out_features == 32
     with pytest.raises(ValueError, match=r"activation='tanhh'.*'relu'"):
-        FeedForward(8, activation="tanhh")
+        FeedForward(BaseConfig(dim=8, heads=1, activation="tanhh"))
 
 
 def test_activations_are_distinct(rng):
@@ -232,7 +258,7 @@ def test_activations_are_distinct(rng):
     outs = {}
     for act in ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"):
         torch.manual_seed(0)
-        mlp = FeedForward(6, 10, activation=act).double()
+        mlp = FeedForward(BaseConfig(dim=6, heads=1, ffn_dim=10, activation=act)).double()
         outs[act] = mlp(x)
     for a, b in itertools.combinations(("relu", "gelu", "gelu_tanh", "silu"), 2):
         assert not torch.allclose(outs[a], outs[b], rtol=1e-9, atol=1e-9), (a, b)
@@ -264,7 +290,7 @@ def test_make_norm():
 def test_inference_fast_path_equals_autograd_path_and_keeps_input(activation: str) -> None:
     """Without autograd the MLP activation and the second residual run in place; the result
     must equal the autograd path bit for bit and the caller's input must stay untouched."""
-    block = EncoderBlock(dim=16, heads=2, activation=activation).eval()
+    block = EncoderBlock(BaseConfig(dim=16, heads=2, activation=activation)).eval()
     x = torch.randn(2, 5, 16)
     x_before = x.clone()
     with_grad = block(x)[0]

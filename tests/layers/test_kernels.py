@@ -15,7 +15,14 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfam.layers.kernels import KERNELS, get_kernel, math_attention, sdpa_attention
+from tfam.layers.kernels import (
+    KERNELS,
+    MathKernel,
+    SDPAKernel,
+    build_kernel,
+    math_attention,
+    sdpa_attention,
+)
 
 KERNEL_FNS = {"math": math_attention, "sdpa": sdpa_attention}
 MASK_KINDS = ("none", "lq_lk", "b_1_lq_lk", "b_h_lq_lk", "key_padding", "causal")
@@ -246,9 +253,10 @@ def test_low_precision_error_within_twice_plain_pytorch(ref_attention, kernel, d
 
 def test_kernel_registry():
     assert {"math", "sdpa"} <= set(KERNELS)
-    assert get_kernel("math") is math_attention and get_kernel("sdpa") is sdpa_attention
+    assert isinstance(build_kernel("math"), MathKernel)
+    assert isinstance(build_kernel("sdpa"), SDPAKernel)
     with pytest.raises(ValueError, match=r"attention='nope'.*'math'.*'sdpa'"):
-        get_kernel("nope")
+        build_kernel("nope")
 
 
 @pytest.mark.parametrize("kernel", sorted(KERNEL_FNS))

@@ -54,8 +54,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from tfam.config import ViTConfig
-from tfam.models.vit import ViT
+from tfam.models.vit import ViT, ViTConfig
 
 if TYPE_CHECKING:  # transformers is optional: imported only when a conversion runs
     from transformers import PreTrainedModel
@@ -79,7 +78,7 @@ HF_TO_TFAM_ACT = {
 # tfam activation -> HF hidden_act; 'gelu_pytorch_tanh' calls the same torch kernel as tfam.
 TFAM_TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}
 # tfam kernels that compute exact softmax attention, and the HF implementation that matches.
-TFAM_TO_HF_ATTN = {"math": "eager", "sdpa": "sdpa"}
+TFAM_TO_HF_ATTN = {"math": "eager", "sdpa": "sdpa", "auto": "sdpa"}
 
 # transformers 4.x layer names -> 5.x (the renames transformers 5.x applies itself when it
 # loads an old ViT checkpoint, see its conversion_mapping.py). Keys are handled in the 5.x

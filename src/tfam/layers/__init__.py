@@ -1,28 +1,47 @@
-"""Bricks: tensor in, tensor out, no task knowledge."""
+"""Bricks: tensor in, tensor out, no task knowledge. Built from a config, never from a family."""
 
 from tfam.layers.attention import MultiHeadAttention
-from tfam.layers.block import DropPath, Encoder, EncoderBlock
+from tfam.layers.block import DecoderBlock, DropPath, EncoderBlock, TransformerStack
+from tfam.layers.cache import CrossKV, KVCache, LayerCache, StackCache
 from tfam.layers.embedding import PatchEmbed
 from tfam.layers.feedforward import FeedForward
-from tfam.layers.kernels import KERNELS, get_kernel, math_attention, register_kernel, sdpa_attention
+from tfam.layers.kernels import (
+    KERNELS,
+    AttentionKernel,
+    build_kernel,
+    math_attention,
+    sdpa_attention,
+)
+from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask, window_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
-from tfam.layers.position import resample_pos_embed, sinusoidal_table
+from tfam.layers.position import resample_pos_embed, sincos_2d_table, sinusoidal_table
 
 __all__ = [
     "KERNELS",
+    "AttentionKernel",
+    "CrossKV",
+    "DecoderBlock",
     "DropPath",
-    "Encoder",
     "EncoderBlock",
     "FeedForward",
+    "KVCache",
+    "LayerCache",
     "LayerNorm",
     "MultiHeadAttention",
     "PatchEmbed",
     "RMSNorm",
-    "get_kernel",
+    "StackCache",
+    "TransformerStack",
+    "build_kernel",
+    "causal_mask",
+    "combine",
     "make_norm",
     "math_attention",
-    "register_kernel",
+    "pad_token_mask",
+    "padding_mask",
     "resample_pos_embed",
     "sdpa_attention",
+    "sincos_2d_table",
     "sinusoidal_table",
+    "window_mask",
 ]

@@ -1,78 +1,111 @@
-"""Multi-head attention: Q/K/V projections, head split, a kernel, head merge, W_O."""
+"""Multi-head attention: Q/K/V projections, head split, a Q/K transform, a kernel, head merge,
+W_O."""
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tfam.layers.kernels import get_kernel
+from tfam.config import BaseConfig, check_attention
+from tfam.layers.kernels import AttentionKernel, build_kernel
+
+
+class QKTransform(Protocol):
+    """Transforms Q and K after projection, before the scores (RoPE rotates them here).
+
+    (q (B, H, Lq, Dh), k (B, H, Lk, Dh), q_pos, k_pos) -> (q, k); positions are int64 tensors
+    (Lq,) / (Lk,), or (B, Lq) / (B, Lk) when rows differ (left-padded batches)."""
+
+    def __call__(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    ) -> tuple[Tensor, Tensor]: ...
 
 
 class MultiHeadAttention(nn.Module):
     """MHSA(X) = Concat(head_1, ..., head_H) W_O, head_h = softmax(Q_h K_h^T / sqrt(Dh)) V_h.
 
-    Self-attention when ``context`` is None, cross-attention (queries from x, keys and values
-    from context) otherwise. ``fused_qkv`` keeps W_Q, W_K, W_V as one (3D, D) matrix so
+    Built from a config (``dim``, ``heads``, ``qkv_bias``, ``fused_qkv``, ``attn_dropout``,
+    ``dropout`` after W_O, ``attention`` + ``attention_options`` for the kernel).
+
+    Self-attention when ``context`` is None; otherwise queries come from x and keys and values
+    from ``context``: cross-attention (decoder over encoder output), or self-attention computed
+    for a subset of queries. ``fused_qkv`` keeps W_Q, W_K, W_V as one (3D, D) matrix so
     self-attention projects in a single matmul; otherwise they are three Linear layers.
+
+    ``qk_transform`` (optional module, see :class:`QKTransform`) acts on Q and K after
+    projection; ``bias_provider`` (optional module) returns this layer's own additive bias
+    (H, Lq, Lk) from the query and key positions (Swin's table).
 
     Shapes: x (B, Lq, D), context (B, Lk, D) -> (B, Lq, D); weights (B, H, Lq, Lk).
     """
 
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        qkv_bias: bool = True,
-        fused_qkv: bool = True,
-        attn_dropout: float = 0.0,
-        proj_dropout: float = 0.0,
-        attention: str = "sdpa",
-    ) -> None:
+    def __init__(self, config: BaseConfig) -> None:
         super().__init__()
-        if dim % heads:
-            raise ValueError(f"heads={heads!r} is invalid: dim={dim} must be divisible by heads")
-        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
-        self.fused_qkv = fused_qkv
-        if fused_qkv:
-            self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        c = config
+        dim = c.dim
+        self.dim, self.heads, self.head_dim = dim, c.heads, dim // c.heads
+        self.fused_qkv = c.fused_qkv
+        if c.fused_qkv:
+            self.qkv = nn.Linear(dim, 3 * dim, bias=c.qkv_bias)
         else:
-            self.q_proj = nn.Linear(dim, dim, bias=qkv_bias)
-            self.k_proj = nn.Linear(dim, dim, bias=qkv_bias)
-            self.v_proj = nn.Linear(dim, dim, bias=qkv_bias)
+            self.q_proj = nn.Linear(dim, dim, bias=c.qkv_bias)
+            self.k_proj = nn.Linear(dim, dim, bias=c.qkv_bias)
+            self.v_proj = nn.Linear(dim, dim, bias=c.qkv_bias)
         self.out_proj = nn.Linear(dim, dim)  # W_O
-        self.attn_dropout = attn_dropout
-        self.proj_dropout = nn.Dropout(proj_dropout)
-        self.attention = attention
-        self.kernel = get_kernel(attention)
+        self.attn_dropout = c.attn_dropout
+        self.proj_dropout = nn.Dropout(c.dropout)
+        self.qk_transform: nn.Module | None = None
+        self.bias_provider: nn.Module | None = None
+        self.set_kernel(c.attention, c.attention_options)
 
-    def set_kernel(self, attention: str) -> None:
-        self.kernel, self.attention = get_kernel(attention), attention
+    @property
+    def attention(self) -> str:
+        return self.kernel.name
+
+    def set_kernel(self, attention: str, options: dict[str, Any] | None = None) -> None:
+        """Switch to another kernel (same weights)."""
+        self.kernel: AttentionKernel = build_kernel(attention, check_attention(attention, options))
 
     def _split(self, t: Tensor) -> Tensor:
         """(B, L, D) -> (B, H, L, Dh)."""
         b, n, _ = t.shape
         return t.view(b, n, self.heads, self.head_dim).transpose(1, 2)
 
+    def project_q(self, x: Tensor) -> Tensor:
+        """Q (B, H, Lq, Dh)."""
+        if self.fused_qkv:
+            w, bias = self.qkv.weight, self.qkv.bias
+            d = self.dim
+            return self._split(F.linear(x, w[:d], None if bias is None else bias[:d]))
+        return self._split(self.q_proj(x))
+
+    def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """K, V (B, H, Lk, Dh) each."""
+        if self.fused_qkv:
+            w, bias = self.qkv.weight, self.qkv.bias
+            d = self.dim
+            k, v = F.linear(context, w[d:], None if bias is None else bias[d:]).chunk(2, dim=-1)
+        else:
+            k, v = self.k_proj(context), self.v_proj(context)
+        return self._split(k), self._split(v)
+
     def project_qkv(
         self, x: Tensor, context: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V, each (B, H, L, Dh)."""
-        if self.fused_qkv:
-            if context is None:
+        if context is None:
+            if self.fused_qkv:
                 b, n, _ = x.shape
                 qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
                 # unbind, not indexing: its backward is one stack instead of three
                 # zero-filled full-size buffers summed together.
                 q, k, v = qkv.unbind(0)
                 return q, k, v
-            w, bias = self.qkv.weight, self.qkv.bias
-            d = self.dim
-            q = F.linear(x, w[:d], None if bias is None else bias[:d])
-            k, v = F.linear(context, w[d:], None if bias is None else bias[d:]).chunk(2, dim=-1)
-        else:
-            src = x if context is None else context
-            q, k, v = self.q_proj(x), self.k_proj(src), self.v_proj(src)
-        return self._split(q), self._split(k), self._split(v)
+            return self._split(self.q_proj(x)), *self.project_kv(x)
+        return self.project_q(x), *self.project_kv(context)
 
     def forward(
         self,
@@ -80,20 +113,55 @@ class MultiHeadAttention(nn.Module):
         context: Tensor | None = None,
         mask: Tensor | None = None,
         bias: Tensor | None = None,
+        is_causal: bool = False,
+        cache: Any = None,
+        positions: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, Lq, D); mask bool (True = may attend) and bias float, both broadcastable to
-        (B, H, Lq, Lk) -> (out (B, Lq, D), weights (B, H, Lq, Lk) or None)."""
-        q, k, v = self.project_qkv(x, context)
+        (B, H, Lq, Lk); ``is_causal``: query i sees keys up to its own position (bottom-right).
+
+        ``cache``: a :class:`~tfam.layers.cache.KVCache` (self-attention: the new keys and
+        values are appended) or a :class:`~tfam.layers.cache.CrossKV` (cross-attention: keys
+        and values are projected from ``context`` once, then reused; ``context`` may be None
+        after that). ``positions`` (Lq,) or (B, Lq): positions of x's tokens, default
+        ``cache.length + arange(Lq)``; read only by ``qk_transform`` and ``bias_provider``.
+
+        -> (out (B, Lq, D), weights (B, H, Lq, Lk) or None)."""
+        static = cache is not None and cache.static
+        if static and cache.filled:
+            q, (k, v) = self.project_q(x), (cache.k, cache.v)
+        else:
+            q, k, v = self.project_qkv(x, context)
+            if static:
+                cache.set(k, v)
+        self_cache = None if static else cache
+        if self.qk_transform is not None or self.bias_provider is not None:
+            offset = self_cache.length if self_cache is not None else 0
+            q_pos = positions
+            if q_pos is None:
+                q_pos = torch.arange(offset, offset + q.shape[-2], device=x.device)
+            k_pos = q_pos if context is None else torch.arange(k.shape[-2], device=x.device)
+            if self.qk_transform is not None and not static:
+                q, k = self.qk_transform(q, k, q_pos, k_pos)
+            if self.bias_provider is not None:
+                full_k = torch.arange(offset + k.shape[-2], device=x.device)
+                own = self.bias_provider(q_pos, full_k if context is None else k_pos)
+                bias = own if bias is None else bias + own
         out, weights = self.kernel(
             q,
             k,
             v,
             mask=mask,
             bias=bias,
+            is_causal=is_causal,
+            cache=self_cache,
             dropout_p=self.attn_dropout if self.training else 0.0,
             need_weights=need_weights,
         )
         b, _, lq, _ = out.shape
         out = out.transpose(1, 2).reshape(b, lq, self.dim)  # concatenate the heads
         return self.proj_dropout(self.out_proj(out)), weights
+
+
+__all__ = ["MultiHeadAttention", "QKTransform"]

@@ -1,11 +1,19 @@
-"""Encoder blocks and stacks: attention and MLP sub-layers with residuals, pre- or post-norm."""
+"""Blocks and the one stack class: attention and MLP sub-layers with residuals, pre- or post-norm.
+
+An encoder, a decoder and a decoder-only model are all :class:`TransformerStack`: N blocks,
+causal or not, with or without cross-attention.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from tfam.config import BaseConfig
 from tfam.layers.attention import MultiHeadAttention
+from tfam.layers.cache import StackCache
 from tfam.layers.feedforward import FeedForward
 from tfam.layers.norm import make_norm
 
@@ -37,10 +45,12 @@ def _first_rows(t: Tensor | None, n: int) -> Tensor | None:
 
 
 class EncoderBlock(nn.Module):
-    """One encoder block.
+    """One block of self-attention and MLP, built from a config.
 
-    pre-norm (ViT):        X1 = X0 + MHSA(LN(X0));   X_out = X1 + MLP(LN(X1))
+    pre-norm (ViT, GPT):   X1 = X0 + MHSA(LN(X0));   X_out = X1 + MLP(LN(X1))
     post-norm (original):  X1 = LN(X0 + MHSA(X0));   X_out = LN(X1 + MLP(X1))
+
+    With ``is_causal`` the self-attention is masked (a decoder-only model's block).
 
     Shapes: x (B, L, D) -> (B, L, D); attention weights (B, H, L, L).
 
@@ -50,45 +60,40 @@ class EncoderBlock(nn.Module):
     reads [CLS] alone runs its last block this way and skips almost all of that block's work.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        heads: int,
-        ffn_dim: int | None = None,
-        activation: str = "gelu",
-        norm: str = "layernorm",
-        norm_eps: float = 1e-6,
-        norm_first: bool = True,
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        drop_path: float = 0.0,
-        attention: str = "sdpa",
-        qkv_bias: bool = True,
-        fused_qkv: bool = True,
-    ) -> None:
+    def __init__(self, config: BaseConfig, drop_path: float | None = None) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        self.norm1 = make_norm(norm, dim, norm_eps)
-        self.mhsa = MultiHeadAttention(
-            dim, heads, qkv_bias, fused_qkv, attn_dropout, proj_dropout=dropout, attention=attention
-        )
-        self.norm2 = make_norm(norm, dim, norm_eps)
-        self.mlp = FeedForward(dim, ffn_dim, activation, dropout=0.0)
-        self.mlp_dropout = nn.Dropout(dropout)
-        self.drop_path = DropPath(drop_path)
+        c = config
+        self.norm_first = c.norm_first
+        self.norm1 = make_norm(c.norm, c.dim, c.norm_eps)
+        self.mhsa = MultiHeadAttention(c)
+        self.norm2 = make_norm(c.norm, c.dim, c.norm_eps)
+        self.mlp = FeedForward(c)
+        self.mlp_dropout = nn.Dropout(c.dropout)
+        self.drop_path = DropPath(c.drop_path if drop_path is None else drop_path)
 
-    def forward(
+    def _attend(
         self,
         x: Tensor,
-        mask: Tensor | None = None,
-        bias: Tensor | None = None,
-        need_weights: bool = False,
-        queries: int | None = None,
+        mask: Tensor | None,
+        bias: Tensor | None,
+        is_causal: bool,
+        cache: Any,
+        positions: Tensor | None,
+        need_weights: bool,
+        queries: int | None,
     ) -> tuple[Tensor, Tensor | None]:
-        """x (B, L, D) -> (B, L, D), or (B, queries, D) with ``queries``; weights or None."""
+        """The self-attention sub-layer with its residual (and post-norm)."""
         h = self.norm1(x) if self.norm_first else x
         if queries is None:
-            z, weights = self.mhsa(h, mask=mask, bias=bias, need_weights=need_weights)
+            z, weights = self.mhsa(
+                h,
+                mask=mask,
+                bias=bias,
+                is_causal=is_causal,
+                cache=cache,
+                positions=positions,
+                need_weights=need_weights,
+            )
         else:
             z, weights = self.mhsa(
                 h[:, :queries],
@@ -99,30 +104,114 @@ class EncoderBlock(nn.Module):
             )
             x = x[:, :queries]
         if self.norm_first:
-            x = x + self.drop_path(z)
+            return x + self.drop_path(z), weights
+        return self.norm1(x + self.drop_path(z)), weights
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        """The MLP sub-layer with its residual (and post-norm)."""
+        if self.norm_first:
             y = self.drop_path(self.mlp_dropout(self.mlp(self.norm2(x))))
             # x is this block's own tensor now: without autograd, add in place.
-            x = x.add_(y) if not torch.is_grad_enabled() else x + y
-        else:
-            x = self.norm1(x + self.drop_path(z))
-            x = self.norm2(x + self.drop_path(self.mlp_dropout(self.mlp(x))))
-        return x, weights
+            return x.add_(y) if not torch.is_grad_enabled() else x + y
+        return self.norm2(x + self.drop_path(self.mlp_dropout(self.mlp(x))))
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        need_weights: bool = False,
+        queries: int | None = None,
+        is_causal: bool = False,
+        cache: Any = None,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B, L, D) -> (B, L, D), or (B, queries, D) with ``queries``; weights or None.
+        ``cache``: this block's :class:`~tfam.layers.cache.LayerCache` when decoding."""
+        self_cache = None if cache is None else cache.self_attn
+        x, weights = self._attend(
+            x, mask, bias, is_causal, self_cache, positions, need_weights, queries
+        )
+        return self._feed_forward(x), weights
 
 
-class Encoder(nn.Module):
-    """N encoder blocks, each built (and so initialised) on its own; drop-path rises linearly
-    from 0 to ``drop_path`` over depth.
+class DecoderBlock(EncoderBlock):
+    """A decoder block: masked self-attention, cross-attention, MLP (Vaswani et al. 2017).
 
-    x (B, L, D) -> (B, L, D), and with ``need_weights`` a list of N weights (B, H, L, L).
+    pre-norm:   X1 = X0 + MHSA(LN(X0));  X2 = X1 + CrossAttn(LN(X1), M);  X3 = X2 + MLP(LN(X2))
+    post-norm:  X1 = LN(X0 + MHSA(X0));  X2 = LN(X1 + CrossAttn(X1, M));  X3 = LN(X2 + MLP(X2))
+
+    Cross-attention takes its queries from the decoder and its keys and values from the encoder
+    output M (the "memory").
+
+    Shapes: x (B, Lt, D), memory (B, Ls, D) -> (B, Lt, D); weights (self (B, H, Lt, Lt),
+    cross (B, H, Lt, Ls)).
     """
 
-    def __init__(self, depth: int, drop_path: float = 0.0, **block_kwargs: object) -> None:
-        super().__init__()
-        rates = [drop_path * i / max(depth - 1, 1) for i in range(depth)]
-        self.blocks = nn.ModuleList(
-            EncoderBlock(drop_path=rate, **block_kwargs)  # type: ignore[arg-type]
-            for rate in rates
+    def __init__(self, config: BaseConfig, drop_path: float | None = None) -> None:
+        super().__init__(config, drop_path)
+        c = config
+        self.norm_cross = make_norm(c.norm, c.dim, c.norm_eps)
+        self.cross_attn = MultiHeadAttention(c)
+
+    def forward(  # type: ignore[override]
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        need_weights: bool = False,
+        is_causal: bool = True,
+        cache: Any = None,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None] | None]:
+        """x (B, Lt, D); memory (B, Ls, D) (may be None once ``cache`` holds the cross keys);
+        mask: target self-attention mask, memory_mask: (B, 1, 1, Ls) source padding.
+        -> (B, Lt, D), (self weights, cross weights) or None."""
+        self_cache = None if cache is None else cache.self_attn
+        cross_cache = None if cache is None else cache.cross_attn
+        x, self_w = self._attend(
+            x, mask, bias, is_causal, self_cache, positions, need_weights, None
         )
+        h = self.norm_cross(x) if self.norm_first else x
+        z, cross_w = self.cross_attn(
+            h, context=memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights
+        )
+        x = x + self.drop_path(z) if self.norm_first else self.norm_cross(x + self.drop_path(z))
+        return self._feed_forward(x), ((self_w, cross_w) if need_weights else None)
+
+
+class TransformerStack(nn.Module):
+    """N blocks built from one config, each built (and so initialised) on its own; drop-path
+    rises linearly from 0 to ``config.drop_path`` over depth.
+
+    kind="encoder": self-attention blocks (ViT, BERT, the Transformer's encoder);
+    ``causal=True`` masks them (GPT). kind="decoder": :class:`DecoderBlock`\\ s, causal
+    self-attention plus cross-attention over ``memory`` (the Transformer's decoder).
+
+    ``bias_provider`` (optional module): ``(q_pos (Lq,), k_pos (Lk,)) -> (H, Lq, Lk)`` additive
+    bias, computed once per forward and shared by every block (ALiBi, T5's relative bias).
+
+    x (B, L, D) -> (B, L, D), and with ``need_weights`` a list of N weights: (B, H, L, L) per
+    encoder block, (self, cross) pairs per decoder block.
+    """
+
+    def __init__(self, config: BaseConfig, kind: str = "encoder", causal: bool = False) -> None:
+        super().__init__()
+        if kind not in ("encoder", "decoder"):
+            raise ValueError(f"kind={kind!r} is invalid: expected 'encoder' or 'decoder'")
+        self.kind = kind
+        self.causal = causal or kind == "decoder"
+        depth = config.depth
+        rates = [config.drop_path * i / max(depth - 1, 1) for i in range(depth)]
+        block = DecoderBlock if kind == "decoder" else EncoderBlock
+        self.blocks = nn.ModuleList(block(config, drop_path=rate) for rate in rates)
+        self.bias_provider: nn.Module | None = None
+
+    def make_cache(self, max_len: int) -> StackCache:
+        """An empty cache for incremental decoding of up to ``max_len`` positions."""
+        return StackCache(len(self.blocks), max_len, cross=self.kind == "decoder")
 
     def forward(
         self,
@@ -131,13 +220,50 @@ class Encoder(nn.Module):
         bias: Tensor | None = None,
         need_weights: bool = False,
         last_queries: int | None = None,
-    ) -> tuple[Tensor, list[Tensor] | None]:
-        """``last_queries=n``: the last block computes the first n tokens only, (B, n, D)."""
-        all_weights: list[Tensor] | None = [] if need_weights else None
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: StackCache | None = None,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, list[Any] | None]:
+        """x (B, L, D); mask: self-attention mask (True = may attend); memory/memory_mask:
+        encoder output and its padding mask (decoder stacks); cache: from :meth:`make_cache`.
+        ``last_queries=n`` (encoder stacks): the last block computes the first n tokens only,
+        (B, n, D)."""
+        if self.bias_provider is not None:
+            offset = cache.position if cache is not None else 0
+            q_pos = torch.arange(offset, offset + x.shape[1], device=x.device)
+            k_pos = torch.arange(offset + x.shape[1], device=x.device)
+            shared = self.bias_provider(q_pos, k_pos)
+            bias = shared if bias is None else bias + shared
+        all_weights: list[Any] | None = [] if need_weights else None
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            queries = last_queries if i == last else None
-            x, weights = block(x, mask=mask, bias=bias, need_weights=need_weights, queries=queries)
+            layer_cache = None if cache is None else cache[i]
+            if self.kind == "decoder":
+                x, weights = block(
+                    x,
+                    memory,
+                    mask=mask,
+                    memory_mask=memory_mask,
+                    bias=bias,
+                    need_weights=need_weights,
+                    cache=layer_cache,
+                    positions=positions,
+                )
+            else:
+                x, weights = block(
+                    x,
+                    mask=mask,
+                    bias=bias,
+                    need_weights=need_weights,
+                    queries=last_queries if i == last else None,
+                    is_causal=self.causal,
+                    cache=layer_cache,
+                    positions=positions,
+                )
             if all_weights is not None:
                 all_weights.append(weights)
         return x, all_weights
+
+
+__all__ = ["DecoderBlock", "DropPath", "EncoderBlock", "TransformerStack"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 from tfam.config import as_pair
@@ -12,18 +14,15 @@ class PatchEmbed(nn.Module):
 
     Projecting each flattened patch (length P_h * P_w * C) with one matrix is the same as a
     convolution whose kernel and stride are the patch size; the convolution is how it runs.
+
+    Built from a vision config's ``image_size``, ``patch_size``, ``in_channels`` and ``dim``.
     """
 
-    def __init__(
-        self,
-        image_size: int | tuple[int, int],
-        patch_size: int | tuple[int, int],
-        in_channels: int,
-        dim: int,
-    ) -> None:
+    def __init__(self, config: Any) -> None:
         super().__init__()
-        self.image_size = as_pair("image_size", image_size)
-        self.patch_size = as_pair("patch_size", patch_size)
+        in_channels, dim = config.in_channels, config.dim
+        self.image_size = as_pair("image_size", config.image_size)
+        self.patch_size = as_pair("patch_size", config.patch_size)
         self.in_channels = in_channels
         self.grid_size = (
             self.image_size[0] // self.patch_size[0],

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tfam.config import ACTIVATIONS, check_choice
+from tfam.config import BaseConfig
 
 _PLAIN = {
     "relu": F.relu,
@@ -28,27 +28,22 @@ _PLAIN_INPLACE = {
 class FeedForward(nn.Module):
     """X2 = act(X W1 + b1) W2 + b2; gated kinds use act(X W1) * (X V) (Shazeer 2020).
 
+    Built from a config's ``dim``, ``ffn_dim`` and ``activation``. Dropout is the block's
+    business (it applies it after the residual branch).
+
     (B, L, D) -> (B, L, D); the hidden is (B, L, ffn_dim).
     """
 
-    def __init__(
-        self,
-        dim: int,
-        ffn_dim: int | None = None,
-        activation: str = "gelu",
-        dropout: float = 0.0,
-        bias: bool = True,
-    ) -> None:
+    def __init__(self, config: BaseConfig) -> None:
         super().__init__()
-        check_choice("activation", activation, ACTIVATIONS)
-        ffn_dim = 4 * dim if ffn_dim is None else ffn_dim
+        dim, ffn_dim, activation = config.dim, config.ffn_dim, config.activation
+        assert ffn_dim is not None  # the config fills it in
         self.activation = activation
         self.gated = activation in _GATED
         self.act = _GATED[activation] if self.gated else _PLAIN[activation]
         self.act_ = None if self.gated else _PLAIN_INPLACE[activation]
-        self.fc1 = nn.Linear(dim, (2 if self.gated else 1) * ffn_dim, bias=bias)
-        self.fc2 = nn.Linear(ffn_dim, dim, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.fc1 = nn.Linear(dim, (2 if self.gated else 1) * ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, dim)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.fc1(x)
@@ -59,4 +54,4 @@ class FeedForward(nn.Module):
             h = self.act_(h)
         else:
             h = self.act(h)
-        return self.fc2(self.dropout(h))
+        return self.fc2(h)

@@ -1,39 +1,130 @@
-"""Attention kernels behind one signature.
+"""Attention kernels: built from a name plus options, one call signature.
 
-    kernel(q, k, v, mask=None, bias=None, dropout_p=0.0, scale=None, need_weights=False)
-        q: (B, H, Lq, Dh)   k, v: (B, H, Lk, Dh)
+    kernel = build_kernel("sdpa", {"backend": "auto"})
+    out, weights = kernel(q, k, v, mask=None, bias=None, is_causal=False, cache=None,
+                          dropout_p=0.0, scale=None, need_weights=False)
+        q: (B, H, Lq, Dh)   k, v: (B, H, Lk_new, Dh)
         mask: bool, broadcastable to (B, H, Lq, Lk), True = may attend
         bias: float, broadcastable to (B, H, Lq, Lk), added to the scores (ALiBi, relative)
+        is_causal: query i may see keys j <= i + (Lk - Lq) (bottom-right aligned)
+        cache: a KVCache; the new keys and values are appended and attention runs over all
         -> (out (B, H, Lq, Dh), weights (B, H, Lq, Lk) or None)
 
-A query row with no allowed key yields zeros, never NaN, on every kernel.
+A kernel is an ``nn.Module`` so it may keep state (random features, a layout) and travel with
+the model; its options are config data (``attention_options``): checked by
+:meth:`AttentionKernel.validate_options`, JSON round-trip, named errors.
+
+Conventions on every kernel: a query row with no finite score (every key masked, or a bias row
+of -inf) yields zeros, never NaN, forward and backward; Q is scaled by 1/sqrt(Dh) before the
+product, so float16 scores do not overflow first; softmax runs in at least float32.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-Kernel = Callable[..., tuple[Tensor, Tensor | None]]
-KERNELS: dict[str, Kernel] = {}
+from tfam.config import ATTENTION_KERNELS, check_choice, config_error
+from tfam.layers.masks import causal_mask
 
-
-def register_kernel(name: str) -> Callable[[Kernel], Kernel]:
-    def add(fn: Kernel) -> Kernel:
-        KERNELS[name] = fn
-        return fn
-
-    return add
+KERNELS = ATTENTION_KERNELS  # name -> AttentionKernel subclass
 
 
-def get_kernel(name: str) -> Kernel:
-    if name not in KERNELS:
-        raise ValueError(f"attention={name!r} is invalid: expected one of {sorted(KERNELS)}")
-    return KERNELS[name]
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """A kernel without options."""
+
+
+class AttentionKernel(nn.Module):
+    """Base of every kernel. A subclass sets ``name``, optionally an ``Options`` frozen
+    dataclass (its fields are the kernel's options, with defaults), and implements
+    :meth:`attend`. The KV cache is handled here: a kernel whose cache is not plain keys and
+    values (linear attention's running sums) overrides :meth:`forward`."""
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type] = NoOptions
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            ATTENTION_KERNELS[cls.name] = cls
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        self.options = self.Options(**self.validate_options(options))
+
+    @classmethod
+    def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Checked options with defaults filled in, ready for JSON. Unknown names and values of
+        the wrong type raise ``ValueError`` naming ``attention_options.<name>``."""
+        valid = {f.name: f for f in dataclasses.fields(cls.Options)}
+        for key in options:
+            if key not in valid:
+                listed = ", ".join(sorted(valid)) if valid else "none"
+                raise config_error(
+                    f"attention_options.{key}",
+                    options[key],
+                    f"kernel {cls.name!r} takes the options: {listed}",
+                )
+        out = {}
+        for name, f in valid.items():
+            value = options.get(name, f.default)
+            cls.check_option(name, value)
+            out[name] = value
+        return out
+
+    @classmethod
+    def check_option(cls, name: str, value: Any) -> None:
+        """Per-option checks of a subclass (the default accepts anything JSON-typed)."""
+
+    def to_options(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.options)
+
+    def extra_repr(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.to_options().items())
+        return f"{self.name!r}" + (f", {opts}" if opts else "")
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        is_causal: bool = False,
+        cache: Any = None,
+        dropout_p: float = 0.0,
+        scale: float | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        if cache is not None:
+            k, v = cache.update(k, v)
+        return self.attend(q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights)
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        bias: Tensor | None,
+        is_causal: bool,
+        dropout_p: float,
+        scale: float | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        raise NotImplementedError
+
+
+def build_kernel(name: str, options: dict[str, Any] | None = None) -> AttentionKernel:
+    """A kernel instance from its registered name and options."""
+    check_choice("attention", name, sorted(ATTENTION_KERNELS))
+    return ATTENTION_KERNELS[name](**(options or {}))
 
 
 def _check_mask(mask: Tensor | None) -> None:
@@ -44,7 +135,14 @@ def _check_mask(mask: Tensor | None) -> None:
         )
 
 
-@register_kernel("math")
+def _with_causal(mask: Tensor | None, lq: int, lk: int, device: torch.device) -> Tensor | None:
+    """``mask`` AND the bottom-right causal mask; None when every key is allowed."""
+    if lq == 1:  # one query at the end sees every key
+        return mask
+    causal = causal_mask(lq, lk, device=device)
+    return causal if mask is None else mask & causal
+
+
 def math_attention(
     q: Tensor,
     k: Tensor,
@@ -54,28 +152,46 @@ def math_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     need_weights: bool = False,
+    is_causal: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """softmax(Q K^T / sqrt(Dh) + bias) V, written out; returns the weights too."""
+    """softmax(Q K^T / sqrt(Dh) + bias) V, written out; returns the weights too.
+
+    Memory is O(Lq * Lk) per head: use ``sdpa`` for long sequences."""
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if is_causal:
+        mask = _with_causal(mask, q.shape[-2], k.shape[-2], q.device)
     # Softmax in at least float32 (bf16 scores lose the small weights); float64 stays float64.
     acc = torch.promote_types(q.dtype, torch.float32)
-    scores = torch.matmul(q, k.transpose(-2, -1)).to(acc) * scale
+    # Scale Q first: in float16, Q K^T of large activations overflows before any later scale.
+    scores = torch.matmul(q * scale, k.transpose(-2, -1)).to(acc)
     if bias is not None:
         scores = scores + bias.to(acc)
-    if mask is not None:
-        # A finite fill keeps fully masked rows NaN-free in forward and backward;
-        # those rows are then zeroed explicitly.
-        scores = scores.masked_fill(~mask, torch.finfo(acc).min)
+    dead = None
+    if mask is not None or bias is not None:
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        # A row with no finite score would be 0/0 in softmax: give it a constant row, then zero
+        # its weights, so forward and backward stay finite.
+        dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+        scores = scores.masked_fill(dead, 0.0)
     weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights * mask.any(dim=-1, keepdim=True)
+    if dead is not None:
+        weights = weights.masked_fill(dead, 0.0)
     weights = weights.to(q.dtype)
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return torch.matmul(attn, v), (weights if need_weights else None)
 
 
-@register_kernel("sdpa")
+_SDPA_BACKENDS = {
+    "auto": None,
+    "math": "MATH",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
+
+
 def sdpa_attention(
     q: Tensor,
     k: Tensor,
@@ -85,20 +201,111 @@ def sdpa_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     need_weights: bool = False,
+    is_causal: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """torch's fused scaled_dot_product_attention; falls back to `math` when weights are asked for."""
+    """torch's fused scaled_dot_product_attention (falls back to `math` when weights are
+    asked for). Causal with no mask, no bias and Lq == Lk takes torch's fused causal path."""
     if need_weights:
-        return math_attention(q, k, v, mask, bias, dropout_p, scale, need_weights=True)
+        return math_attention(q, k, v, mask, bias, dropout_p, scale, True, is_causal)
     _check_mask(mask)
-    attn_mask: Tensor | None = mask
-    if bias is not None:
-        attn_mask = bias.to(q.dtype)
-        if mask is not None:
-            attn_mask = attn_mask.masked_fill(~mask, torch.finfo(q.dtype).min)
+    lq, lk = q.shape[-2], k.shape[-2]
+    if is_causal and mask is None and bias is None and lq == lk:
+        out = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale
+        )
+        return out, None
+    if is_causal:
+        mask = _with_causal(mask, lq, lk, q.device)
+    if bias is None:
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale), None
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale
+        )
+        # torch's kernels differ on rows with no allowed key (NaN or uniform); ours are zero.
+        return out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0), None
+    attn_mask = bias.to(q.dtype)
+    if mask is not None:
+        attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+    # Rows with no finite score get a constant (finite) row and a zero output.
+    dead = torch.isneginf(attn_mask).all(dim=-1, keepdim=True)
+    attn_mask = attn_mask.masked_fill(dead, 0.0)
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
     )
-    if mask is not None:
-        # torch's kernels differ on rows with no allowed key (NaN or uniform); ours are zero.
-        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return out, None
+    return out.masked_fill(dead, 0.0), None
+
+
+class MathKernel(AttentionKernel):
+    """The formula written out (:func:`math_attention`): returns weights, O(L^2) memory;
+    fastest at short sequences."""
+
+    name = "math"
+
+    def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
+        return math_attention(q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal)
+
+
+@dataclasses.dataclass(frozen=True)
+class SDPAOptions:
+    backend: str = "auto"  # torch picks; or force one of torch's SDPA backends
+
+
+class SDPAKernel(AttentionKernel):
+    """torch's fused ``scaled_dot_product_attention`` (:func:`sdpa_attention`). Option
+    ``backend``: ``auto`` (torch picks) or one of math, flash, efficient, cudnn."""
+
+    name = "sdpa"
+    Options = SDPAOptions
+
+    @classmethod
+    def check_option(cls, name: str, value: Any) -> None:
+        if name == "backend":
+            check_choice("attention_options.backend", value, _SDPA_BACKENDS)
+
+    def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
+        backend = _SDPA_BACKENDS[self.options.backend]
+        if backend is None or need_weights:
+            return sdpa_attention(q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            return sdpa_attention(q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoOptions:
+    # Key length from which `sdpa` runs instead of `math` (both exact). Measured on CPU with
+    # benchmarks/bench_attention.py; above it math's O(L^2) scores also cost more memory.
+    crossover: int = 128
+
+
+class AutoKernel(AttentionKernel):
+    """``math`` below ``crossover`` keys (faster for short sequences), ``sdpa`` from there on
+    (fused, O(L) memory). Both compute the same formula; weights come from ``math``."""
+
+    name = "auto"
+    Options = AutoOptions
+
+    @classmethod
+    def check_option(cls, name: str, value: Any) -> None:
+        if name == "crossover" and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise config_error("attention_options.crossover", value, "expected an int >= 1")
+
+    def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
+        fn = math_attention if k.shape[-2] < self.options.crossover else sdpa_attention
+        return fn(q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal)
+
+
+__all__ = [
+    "KERNELS",
+    "AttentionKernel",
+    "AutoKernel",
+    "MathKernel",
+    "SDPAKernel",
+    "build_kernel",
+    "math_attention",
+    "sdpa_attention",
+]

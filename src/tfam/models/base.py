@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from tfam.config import BaseConfig
+from tfam.config import BaseConfig, check_attention
+from tfam.layers.attention import MultiHeadAttention
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -56,14 +57,14 @@ class TfamModel(nn.Module):
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
-    def set_attention(self, attention: str) -> None:
+    def set_attention(self, attention: str, options: dict[str, Any] | None = None) -> None:
         """Switch every attention layer to another kernel (same weights)."""
-        from tfam.layers.attention import MultiHeadAttention
-
+        options = check_attention(attention, options)
         for m in self.modules():
             if isinstance(m, MultiHeadAttention):
-                m.set_kernel(attention)
+                m.set_kernel(attention, options)
         self.config.attention = attention
+        self.config.attention_options = options
 
     def adapt_state_dict(
         self, state: dict[str, torch.Tensor], saved: BaseConfig

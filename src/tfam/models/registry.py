@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tfam.config import config_class
+from tfam.config import check_fields, config_class
 from tfam.models.base import MODEL_CLASSES, TfamModel
 
 
@@ -52,8 +52,6 @@ def _resolve(name: str, overrides: dict[str, Any]) -> tuple[str, dict[str, Any]]
 def create_config(name: str, **overrides: Any):
     family, values = _resolve(name, overrides)
     cls = config_class(family)
-    from tfam.config import check_fields
-
     check_fields(cls, values)
     return cls(**values)
 

@@ -1,4 +1,4 @@
-"""Vision Transformer (Dosovitskiy et al. 2021), as the seed describes it:
+"""Vision Transformer (Dosovitskiy et al. 2021), as the source documents describe it:
 
 image (B, C, H, W)
   -> patches: N = (H / P_h) * (W / P_w), each flattened to P_h * P_w * C
@@ -11,16 +11,104 @@ image (B, C, H, W)
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from tfam.config import BaseConfig, ViTConfig
-from tfam.layers import Encoder, PatchEmbed, make_norm, resample_pos_embed
-from tfam.layers.position import sincos_2d_table
+from tfam.config import (
+    POOLS,
+    BaseConfig,
+    as_pair,
+    check_bool,
+    check_choice,
+    check_positive_int,
+    config_error,
+    divisors,
+)
+from tfam.layers import (
+    PatchEmbed,
+    TransformerStack,
+    make_norm,
+    resample_pos_embed,
+    sincos_2d_table,
+)
 from tfam.models.base import TfamModel
 from tfam.models.registry import register_preset
+
+
+@dataclass
+class ViTConfig(BaseConfig):
+    """Vision Transformer: patches -> linear projection -> [CLS] + position -> N blocks -> head.
+
+    ``patch_dim`` (P_h * P_w * C, the flattened patch) follows from ``patch_size`` and
+    ``in_channels``; the embedding width ``dim`` (D) is set independently.
+    """
+
+    family: ClassVar[str] = "vit"
+    # a "learned" table, fixed "sincos2d" on the patch grid, or "none"
+    positions: ClassVar[tuple[str, ...]] = ("learned", "sincos2d", "none")
+
+    image_size: Any = 224  # int or (height, width)
+    patch_size: Any = 16  # int or (height, width)
+    in_channels: int = 3
+    num_classes: int = 1000  # 0 -> no head, forward returns pooled features
+    pool: str = "cls"
+    class_token: bool = True
+    pos_init_std: float = 0.02
+    representation_size: int | None = None  # optional pre-logits Linear + tanh (ViT paper)
+    final_norm: bool | None = None  # None -> True with pre-norm blocks, False with post-norm
+    norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.image_size = as_pair("image_size", self.image_size)
+        self.patch_size = as_pair("patch_size", self.patch_size)
+        for axis, (img, p) in enumerate(zip(self.image_size, self.patch_size, strict=True)):
+            if img % p:
+                which = ("height", "width")[axis]
+                valid = divisors(img)
+                raise config_error(
+                    "patch_size",
+                    self.patch_size if self.patch_size[0] != self.patch_size[1] else p,
+                    f"the image {which} {img} is not divisible by the patch {which} {p}; "
+                    f"patch {which}s that divide it: {valid}",
+                )
+        check_positive_int("in_channels", self.in_channels)
+        check_positive_int("num_classes", self.num_classes, allow_zero=True)
+        check_choice("pool", self.pool, POOLS)
+        if self.position == "sincos2d" and self.dim % 4:
+            raise config_error(
+                "dim",
+                self.dim,
+                "position='sincos2d' splits dim into sine and cosine halves for rows and "
+                "columns, so dim must be divisible by 4",
+            )
+        check_bool("class_token", self.class_token)
+        if self.pool == "cls" and not self.class_token:
+            raise config_error(
+                "pool", self.pool, "pool='cls' needs class_token=True; use pool='mean'"
+            )
+        if self.representation_size is not None:
+            check_positive_int("representation_size", self.representation_size)
+        if self.final_norm is None:
+            self.final_norm = bool(self.norm_first)
+        check_bool("final_norm", self.final_norm)
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        return (self.image_size[0] // self.patch_size[0], self.image_size[1] // self.patch_size[1])
+
+    @property
+    def num_patches(self) -> int:
+        gh, gw = self.grid_size
+        return gh * gw
+
+    @property
+    def patch_dim(self) -> int:
+        """P_h * P_w * C: the length of one flattened patch."""
+        return self.patch_size[0] * self.patch_size[1] * self.in_channels
 
 
 class ViT(TfamModel):
@@ -30,7 +118,7 @@ class ViT(TfamModel):
         super().__init__(config)
         c = config
         d = c.dim
-        self.patch_embed = PatchEmbed(c.image_size, c.patch_size, c.in_channels, d)
+        self.patch_embed = PatchEmbed(c)
         self.num_prefix_tokens = 1 if c.class_token else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d)) if c.class_token else None
         if c.position == "learned":
@@ -45,22 +133,7 @@ class ViT(TfamModel):
         else:
             self.pos_table = None
         self.pos_drop = nn.Dropout(c.dropout)
-        self.encoder = Encoder(
-            c.depth,
-            drop_path=c.drop_path,
-            dim=d,
-            heads=c.heads,
-            ffn_dim=c.ffn_dim,
-            activation=c.activation,
-            norm=c.norm,
-            norm_eps=c.norm_eps,
-            norm_first=c.norm_first,
-            dropout=c.dropout,
-            attn_dropout=c.attn_dropout,
-            attention=c.attention,
-            qkv_bias=c.qkv_bias,
-            fused_qkv=c.fused_qkv,
-        )
+        self.encoder = TransformerStack(c)
         self.norm = make_norm(c.norm, d, c.norm_eps) if c.final_norm else nn.Identity()
         if c.representation_size:
             self.pre_logits = nn.Sequential(nn.Linear(d, c.representation_size), nn.Tanh())
