@@ -17,11 +17,13 @@ import tfam
 from tfam.data import load_dataset
 from tfam.training import (
     METRIC_COLUMNS,
+    CurvesCallback,
     TrainConfig,
     Trainer,
     read_checkpoint,
     read_metrics_csv,
 )
+from tfam.viz import plot_curves
 
 TINY = dict(
     image_size=8,
@@ -71,6 +73,7 @@ def short_run(digits, tmp_path_factory):
         config,
         out_dir=out,
         run_args={"note": "test"},
+        callbacks=[CurvesCallback(plot_curves)],
     )
     result = trainer.fit()
     return trainer, result, out

@@ -1,4 +1,5 @@
-"""Training: AdamW groups and warmup-cosine schedule, the trainer, checkpoints, metrics.
+"""Training: tasks, the trainer (any device, torchrun/DDP), AdamW groups and the
+warmup-cosine schedule, checkpoints, metrics, callbacks.
 
 import torch, tfam
 from tfam.data import load_dataset, default_augment
@@ -17,6 +18,7 @@ trainer = Trainer(
 result = trainer.fit()          # fit(resume=True) continues a killed run exactly
 """
 
+from tfam.training.callbacks import Callback, CurvesCallback
 from tfam.training.checkpoint import (
     CheckpointError,
     CheckpointWarning,
@@ -24,6 +26,9 @@ from tfam.training.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
+from tfam.training.devices import available_devices, resolve_device
+from tfam.training.distributed import DistInfo, dist_info, launch, launch_command
+from tfam.training.errors import CheckpointSaveError, NonFiniteLossError, TrainingError
 from tfam.training.metrics import METRIC_COLUMNS, MetricsLogger, read_metrics_csv
 from tfam.training.optim import (
     build_optimizer,
@@ -32,21 +37,47 @@ from tfam.training.optim import (
     split_decay,
     warmup_cosine_factor,
 )
-from tfam.training.trainer import TrainConfig, Trainer, TrainResult, preprocess_info, train
+from tfam.training.runlock import RunLock, RunLockedError
+from tfam.training.tasks import ImageClassification, Task, TokenClassification
+from tfam.training.trainer import (
+    TrainConfig,
+    Trainer,
+    TrainResult,
+    load_init_weights,
+    preprocess_info,
+    train,
+)
 
 __all__ = [
     "METRIC_COLUMNS",
+    "Callback",
     "CheckpointError",
+    "CheckpointSaveError",
     "CheckpointWarning",
+    "CurvesCallback",
+    "DistInfo",
+    "ImageClassification",
     "MetricsLogger",
+    "NonFiniteLossError",
+    "RunLock",
+    "RunLockedError",
+    "Task",
+    "TokenClassification",
     "TrainConfig",
     "TrainResult",
     "Trainer",
+    "TrainingError",
+    "available_devices",
     "build_optimizer",
     "build_scheduler",
+    "dist_info",
+    "launch",
+    "launch_command",
+    "load_init_weights",
     "load_latest",
     "param_groups",
     "preprocess_info",
+    "resolve_device",
     "read_checkpoint",
     "read_metrics_csv",
     "save_checkpoint",

@@ -1,6 +1,11 @@
-"""Per-epoch metrics: OUT/metrics.csv, TensorBoard when it is installed, OUT/curves.png.
+"""Per-epoch metrics: OUT/metrics.csv and TensorBoard when it is installed.
 
-metrics.csv has one row per epoch with the columns of :data:`METRIC_COLUMNS`:
+Curves (OUT/curves.png) are drawn by a callback the caller passes to the trainer
+(:class:`tfam.training.callbacks.CurvesCallback` with a plotting function), so this package
+does not depend on the plotting code.
+
+metrics.csv has one row per epoch. For image classification without a validation split its
+columns are :data:`METRIC_COLUMNS`:
 
     epoch          1-based epoch number
     step           optimiser steps taken so far (whole run)
@@ -13,6 +18,11 @@ metrics.csv has one row per epoch with the columns of :data:`METRIC_COLUMNS`:
     seconds        wall time spent in the run up to the end of this epoch (training and
                    evaluation, summed over resumes; time while stopped is not counted)
     images_per_s   training throughput of the epoch (images per second of training time)
+
+With a validation split, ``val_loss`` and ``val_acc`` (after each epoch) take the place of the
+test columns, and the test split is evaluated once at the end. Another task has its own
+metrics in place of loss/acc (``train_<metric>``, ``val_<metric>``) and its own unit in
+place of images.
 """
 
 from __future__ import annotations
@@ -47,17 +57,21 @@ METRIC_COLUMNS = (
 _INT_COLUMNS = {"epoch", "step"}
 
 
-def write_metrics_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> Path:
-    """Write every row (dicts with :data:`METRIC_COLUMNS`) to ``path``, atomically.
+def write_metrics_csv(
+    rows: Sequence[dict[str, Any]],
+    path: str | os.PathLike,
+    columns: Sequence[str] = METRIC_COLUMNS,
+) -> Path:
+    """Write every row (dicts with ``columns``) to ``path``, atomically.
 
     The whole file is rewritten each time: it is small, and a resumed run then holds exactly
     the rows of the epochs its checkpoint has seen.
     """
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=METRIC_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(text, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: _fmt(k, row[k]) for k in METRIC_COLUMNS})
+        writer.writerow({k: _fmt(k, row[k]) for k in columns})
     return atomic_write_bytes(path, text.getvalue().encode())
 
 
@@ -71,7 +85,7 @@ def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float | int]]:
     """Rows of a metrics.csv, numbers parsed (epoch and step as int, the rest as float)."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in METRIC_COLUMNS if c not in (reader.fieldnames or ())]
+        missing = [c for c in ("epoch", "step") if c not in (reader.fieldnames or ())]
         if missing:
             raise ValueError(f"{path} is not a tfam metrics.csv: missing columns {missing}")
         return [
@@ -91,8 +105,10 @@ class MetricsLogger:
         out_dir: str | os.PathLike,
         rows: Sequence[dict[str, Any]] = (),
         tensorboard: bool = True,
+        columns: Sequence[str] = METRIC_COLUMNS,
     ) -> None:
         self.out_dir = Path(out_dir)
+        self.columns = tuple(columns)
         self.csv_path = self.out_dir / "metrics.csv"
         self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
         self._writer = None
@@ -105,34 +121,22 @@ class MetricsLogger:
                 self._writer = SummaryWriter(log_dir=str(self.out_dir / "tensorboard"))
         # Written at once (a header alone for a new run): a resumed run drops the rows of
         # epochs its checkpoint has not seen.
-        write_metrics_csv(self.rows, self.csv_path)
+        write_metrics_csv(self.rows, self.csv_path, self.columns)
 
     def log_epoch(self, row: dict[str, Any]) -> None:
-        missing = [c for c in METRIC_COLUMNS if c not in row]
+        missing = [c for c in self.columns if c not in row]
         if missing:
             raise ValueError(f"metrics row lacks columns {missing}")
         self.rows.append(dict(row))
-        write_metrics_csv(self.rows, self.csv_path)
+        write_metrics_csv(self.rows, self.csv_path, self.columns)
         if self._writer is not None:
             step = int(row["epoch"])
-            for key in METRIC_COLUMNS[2:]:
+            for key in self.columns[2:]:
                 group = (
                     "loss" if key.endswith("loss") else "accuracy" if key.endswith("acc") else "run"
                 )
                 self._writer.add_scalar(f"{group}/{key}", float(row[key]), step)
             self._writer.flush()
-
-    def plot(self, path: str | os.PathLike | None = None, title: str = "") -> Path | None:
-        """Draw metrics.csv as curves (tfam.viz.plot_curves, the one curve plotter); None
-        when no epoch has finished yet (a run stopped early by --max-steps)."""
-        from tfam.viz import plot_curves
-
-        if not self.rows:
-            return None
-
-        out = Path(path or self.out_dir / "curves.png")
-        plot_curves(self.csv_path, out, title=title or None)
-        return out
 
     def close(self) -> None:
         if self._writer is not None:

@@ -1,40 +1,57 @@
-"""The image-classification trainer: AdamW + warmup/cosine, clipping, accumulation, label
-smoothing, bf16 autocast, per-epoch evaluation and logging, and exact kill/resume.
+"""The trainer: AdamW + warmup/cosine, clipping, accumulation, any device and precision,
+torchrun/DDP, per-epoch validation, early stopping, and exact kill/resume. What a batch means
+(loss, metrics, prediction) is the task's business (:mod:`tfam.training.tasks`); the trainer
+knows no family and no data kind.
 
     torch.manual_seed(0)
     model = tfam.create_model("vit_digits")
-    train, test = load_dataset("digits", "train"), load_dataset("digits", "test")
-    config = TrainConfig(epochs=100, batch_size=128, lr=2e-3)
-    result = Trainer(model, train, test, config, out_dir="runs/digits",
+    fit, val = load_dataset("digits", "fit"), load_dataset("digits", "val")
+    test = load_dataset("digits", "test")
+    config = TrainConfig(epochs=100, batch_size=128, lr=2e-3, patience=10)
+    result = Trainer(model, fit, test, config, out_dir="runs/digits", val_set=val,
                      augment=default_augment("digits")).fit()
-    print(result.final_test_acc, result.best_test_acc)
+    print(result.final_test_acc, result.best_val_acc)
+
+Splits. With ``val_set`` the model is evaluated on it after every epoch; "best" and early
+stopping (``patience``) use it, and the test split is evaluated once, at the end. Without
+``val_set`` the per-epoch evaluation runs on ``test_set`` (as before validation splits
+existed); the "best" it reports is then chosen on the test split and is optimistic.
 
 What "exact" means here. Every random draw of a run comes from state that the checkpoint
 holds: the data order of an epoch is ``torch.randperm`` with the trainer's data generator, the
 augmentation draws from the trainer's augmentation generator, dropout and drop-path from the
-global torch RNG; Python's and NumPy's RNGs are saved too. A checkpoint is taken between two
-optimiser steps and stores the model, the optimiser and scheduler, all those RNG states, the
-epoch, the step within the epoch, the epoch's permutation and the epoch's running sums. So a
-run killed at any instant and resumed with ``fit(resume=True)`` performs the same arithmetic in
-the same order as one that was never stopped, and ends with bit-for-bit identical weights (on
-the same machine, torch build and thread count).
+global torch RNG (and the CUDA RNG on a GPU); Python's and NumPy's RNGs are saved too, for every
+rank. Items loaded through a DataLoader are produced under a seed derived from (seed, epoch,
+index), so worker processes need no state. A checkpoint is taken between two optimiser steps
+and stores the model, the optimiser, scheduler and gradient scaler, all those RNG states, the
+epoch, the step within the epoch, the epoch's permutation and running sums. So a run killed at
+any instant and resumed with ``fit(resume=True)`` performs the same arithmetic in the same order
+as one that was never stopped, and ends with bit-for-bit identical weights (same machine, torch
+build, thread count and number of processes).
 
-Batches and accumulation. ``batch_size`` is the number of images per optimiser step. With
-``accum_steps = K`` each batch is cut into K micro-batches whose gradients are summed before
-the step (each micro-batch loss is scaled by its share of the batch), so K changes memory, not
-the result (up to floating-point rounding). One epoch is ceil(N / batch_size) steps; the last
-batch of an epoch may be smaller.
+Batches and accumulation. ``batch_size`` is the number of examples per optimiser step, over all
+processes. With ``accum_steps = K`` each process cuts its share into K micro-batches whose
+gradients add up before the step. Each micro-batch's summed loss is divided by the number of
+counted units (images, real tokens) of the whole global batch, so K and the number of
+processes change memory and speed, not the result (up to floating-point rounding). One epoch is
+ceil(N / batch_size) steps; the last batch of an epoch may be smaller.
 
-Files written into ``out_dir``: ``checkpoints/last.pt`` and ``checkpoints/prev.pt`` (see
-:mod:`tfam.training.checkpoint`), ``metrics.csv`` (see :mod:`tfam.training.metrics`), and at
-the end ``config.json`` + ``model.safetensors`` (``model.save_pretrained``),
-``preprocess.json``, ``train_args.json`` and ``curves.png``.
+Extending a run. ``fit(resume=True)`` with a larger ``epochs`` than the run was started with
+continues it: the cosine schedule is re-planned to end at the new last step, from the current
+step on (the learning rate steps up where the old plan had already decayed). A resumed run that
+has nothing left to do says it is finished.
+
+Files written into ``out_dir`` (by rank 0): ``checkpoints/last.pt`` and ``checkpoints/prev.pt``
+(see :mod:`tfam.training.checkpoint`), ``metrics.csv`` (see :mod:`tfam.training.metrics`),
+``.tfam-train.lock`` (see :mod:`tfam.training.runlock`), and at the end ``config.json`` +
+``model.safetensors`` (``model.save_pretrained``), ``preprocess.json``, ``train_args.json``;
+callbacks may add more (``curves.png`` by :class:`tfam.training.callbacks.CurvesCallback`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import inspect
 import json
 import math
 import os
@@ -43,38 +60,62 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tfam.training import distributed as D
 from tfam.training.checkpoint import (
     atomic_write_bytes,
     find_checkpoint,
     load_latest,
+    read_checkpoint,
     save_checkpoint,
 )
+from tfam.training.devices import (
+    PRECISIONS,
+    autocast,
+    check_compile_available,
+    grad_scaler,
+    move_batch,
+    resolve_device,
+)
+from tfam.training.errors import CheckpointSaveError, NonFiniteLossError
 from tfam.training.metrics import MetricsLogger
-from tfam.training.optim import build_optimizer, build_scheduler
+from tfam.training.optim import WarmupCosine, build_optimizer, build_scheduler
+from tfam.training.runlock import RunLock
+from tfam.training.tasks import Batch, ImageClassification, Task, split_batch
 
-__all__ = ["KILL_ENV", "TrainConfig", "TrainResult", "Trainer", "preprocess_info", "train"]
+__all__ = [
+    "KILL_ENV",
+    "KILL_RANK_ENV",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "load_init_weights",
+    "preprocess_info",
+    "train",
+]
 
 # Test hook: with TFAM_TEST_KILL_AT_STEP=k the process SIGKILLs itself right after optimiser
-# step k (after any checkpoint due at that step), to prove that kill + resume is exact.
+# step k (after any checkpoint due at that step), to prove that kill + resume is exact. With
+# TFAM_TEST_KILL_RANK=r only rank r does (a dead rank in a torchrun job).
 KILL_ENV = "TFAM_TEST_KILL_AT_STEP"
+KILL_RANK_ENV = "TFAM_TEST_KILL_RANK"
 CHECKPOINT_DIR = "checkpoints"
+MAX_SEED = 2**63 - 1
 
 Augment = Callable[..., Tensor]
 
 # Settings that change the arithmetic of a run: resuming with other values would not continue
-# the same run, so it is refused. The others (logging, saving, stopping early) may change.
+# the same run, so it is refused. The others (logging, saving, stopping early, the device) may
+# change; ``epochs`` may change too, which re-plans the schedule (see the module docstring).
 _RESUME_FIELDS = (
-    "epochs",
     "batch_size",
     "lr",
     "min_lr",
@@ -85,53 +126,111 @@ _RESUME_FIELDS = (
     "label_smoothing",
     "clip_grad",
     "accum_steps",
-    "bf16",
+    "precision",
     "seed",
 )
 
 
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
 @dataclass
 class TrainConfig:
-    """Settings of a training run (see the module docstring for the meaning of batches).
+    """Settings of a training run; each field's ``metadata["help"]`` says what it does (the
+    command line builds its options from them). Batches: see the module docstring."""
 
-    ``lr`` is the peak rate reached after ``warmup_epochs`` (may be fractional, rounded to whole
-    optimiser steps); the cosine then brings it to ``min_lr`` at the last step. ``clip_grad``:
-    max global grad norm, 0 or None disables. ``save_every``: also checkpoint every this many
-    optimiser steps (0: only at epoch ends). ``max_steps``: stop after this many optimiser steps
-    in total (smoke runs; the schedule still spans ``epochs``). ``progress``: tqdm bar, None =
-    only when stderr is a terminal and not ``quiet``; ``quiet`` also silences the per-epoch lines.
-    """
-
-    epochs: int = 10
-    batch_size: int = 128
-    lr: float = 1e-3
-    min_lr: float = 1e-5
-    weight_decay: float = 0.05
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    warmup_epochs: float = 1.0
-    label_smoothing: float = 0.0
-    clip_grad: float | None = 1.0
-    accum_steps: int = 1
-    bf16: bool = False
-    seed: int = 0
-    save_every: int = 0
-    eval_batch_size: int = 1000
-    max_steps: int | None = None
-    quiet: bool = False
-    progress: bool | None = None
-    tensorboard: bool = True
+    epochs: int = field(default=10, metadata=_help("epochs over the training split"))
+    batch_size: int = field(
+        default=128, metadata=_help("examples per optimiser step, over all processes")
+    )
+    lr: float = field(default=1e-3, metadata=_help("peak learning rate, reached after warmup"))
+    min_lr: float = field(
+        default=1e-5, metadata=_help("learning rate at the last step (cosine decay), <= lr")
+    )
+    weight_decay: float = field(default=0.05, metadata=_help("AdamW weight decay (matrices only)"))
+    betas: tuple[float, float] = field(
+        default=(0.9, 0.999), metadata=_help("AdamW betas, two floats in [0, 1)")
+    )
+    eps: float = field(default=1e-8, metadata=_help("AdamW epsilon"))
+    warmup_epochs: float = field(
+        default=1.0, metadata=_help("linear warmup length in epochs (fractions allowed)")
+    )
+    label_smoothing: float = field(
+        default=0.0, metadata=_help("label smoothing of the training loss, in [0, 0.999]")
+    )
+    clip_grad: float | None = field(
+        default=1.0, metadata=_help("max global gradient norm; 0 or none disables clipping")
+    )
+    accum_steps: int = field(
+        default=1, metadata=_help("micro-batches per optimiser step (same result, less memory)")
+    )
+    bf16: bool = field(
+        default=False, metadata=_help("bfloat16 autocast (the same as precision='bf16')")
+    )
+    seed: int = field(
+        default=0, metadata=_help("seed of data order, augmentation and dropout, in [0, 2**63)")
+    )
+    save_every: int = field(
+        default=0, metadata=_help("also checkpoint every N optimiser steps (0: epoch ends only)")
+    )
+    eval_batch_size: int = field(default=1000, metadata=_help("examples per evaluation batch"))
+    max_steps: int | None = field(
+        default=None, metadata=_help("stop after N optimiser steps in all (smoke runs)")
+    )
+    quiet: bool = field(default=False, metadata=_help("no per-epoch lines and no progress bar"))
+    progress: bool | None = field(
+        default=None, metadata=_help("progress bar; none: only when stderr is a terminal")
+    )
+    tensorboard: bool = field(
+        default=True, metadata=_help("also log to OUT/tensorboard when tensorboard is installed")
+    )
+    precision: str = field(
+        default="fp32",
+        metadata=_help("fp32, bf16 (autocast) or fp16 (autocast with a gradient scaler)"),
+    )
+    device: str = field(
+        default="auto", metadata=_help("auto (CUDA when present), cpu, cuda, cuda:N or mps")
+    )
+    compile: bool = field(
+        default=False,
+        metadata=_help("torch.compile the model (same results within float tolerance)"),
+    )
+    fsdp: bool = field(
+        default=False,
+        metadata=_help("shard parameters with FSDP instead of DDP (under torchrun)"),
+    )
+    dist_timeout: float = field(
+        default=600.0,
+        metadata=_help("seconds a process waits on the others before the job fails"),
+    )
+    num_workers: int | None = field(
+        default=None,
+        metadata=_help(
+            "DataLoader worker processes for datasets decoded per item; none: automatic"
+        ),
+    )
+    patience: int | None = field(
+        default=None,
+        metadata=_help("stop after N epochs without a better validation score (needs a val split)"),
+    )
+    init: str | None = field(
+        default=None,
+        metadata=_help("start from trained weights: a run directory or a model preset name"),
+    )
 
     def __post_init__(self) -> None:
-        def positive_int(name: str, allow_zero: bool = False) -> None:
+        def positive_int(name: str, allow_zero: bool = False, hi: int | None = None) -> None:
             v = getattr(self, name)
             if (
                 isinstance(v, bool)
                 or not isinstance(v, int)
                 or v < 0
                 or (v == 0 and not allow_zero)
+                or (hi is not None and v > hi)
             ):
-                need = "an int >= 0" if allow_zero else "an int >= 1"
+                lo = 0 if allow_zero else 1
+                need = f"an int >= {lo}" if hi is None else f"an int in [{lo}, 2**63 - 1]"
                 raise ValueError(f"{name}={v!r} is invalid: expected {need}")
 
         def number(name: str, lo: float, hi: float = math.inf, lo_open: bool = False) -> None:
@@ -147,15 +246,22 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "accum_steps", "eval_batch_size"):
             positive_int(name)
         positive_int("save_every", allow_zero=True)
-        positive_int("seed", allow_zero=True)
+        # torch and NumPy refuse seeds outside [0, 2**64) and the trainer derives per-rank and
+        # per-stream seeds above the given one.
+        positive_int("seed", allow_zero=True, hi=MAX_SEED)
         if self.max_steps is not None:
             positive_int("max_steps")
+        if self.num_workers is not None:
+            positive_int("num_workers", allow_zero=True)
+        if self.patience is not None:
+            positive_int("patience")
         number("lr", 0.0, lo_open=True)
         number("min_lr", 0.0, self.lr)
         number("weight_decay", 0.0)
         number("eps", 0.0, lo_open=True)
         number("warmup_epochs", 0.0, float(self.epochs))
         number("label_smoothing", 0.0, 0.999)
+        number("dist_timeout", 0.0, lo_open=True)
         if self.clip_grad is not None:
             number("clip_grad", 0.0)
         if self.accum_steps > self.batch_size:
@@ -167,6 +273,27 @@ class TrainConfig:
         if len(betas) != 2 or not all(isinstance(b, int | float) and 0 <= b < 1 for b in betas):
             raise ValueError(f"betas={self.betas!r} is invalid: expected two floats in [0, 1)")
         self.betas = (float(betas[0]), float(betas[1]))
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"precision={self.precision!r} is invalid: expected one of {', '.join(PRECISIONS)}"
+            )
+        # bf16 is the older spelling of precision="bf16"; the two are kept in agreement.
+        if self.bf16 and self.precision == "fp32":
+            self.precision = "bf16"
+        elif self.bf16 and self.precision != "bf16":
+            raise ValueError(
+                f"bf16=True is invalid with precision={self.precision!r}: bf16=True means "
+                "precision='bf16'; give one of them"
+            )
+        self.bf16 = self.precision == "bf16"
+        if not isinstance(self.device, str) or not self.device.strip():
+            raise ValueError(
+                f"device={self.device!r} is invalid: expected auto, cpu, cuda, cuda:N or mps"
+            )
+        if self.init is not None and (not isinstance(self.init, str) or not self.init.strip()):
+            raise ValueError(
+                f"init={self.init!r} is invalid: expected a run directory or a model preset name"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -178,8 +305,13 @@ class TrainConfig:
 class TrainResult:
     """What a finished (or stopped) run reached. Accuracies are fractions in [0, 1].
 
-    ``best_test_acc`` / ``best_epoch``: the best end-of-epoch test accuracy (the final one, and
-    epoch 0, if no epoch was completed).
+    ``final_test_acc`` / ``final_test_loss``: the test split after the last step (NaN without
+    a test split). ``best_test_acc`` / ``best_epoch``: without a validation split, the best
+    end-of-epoch test accuracy (the final one, and epoch 0, if no epoch was completed); with
+    one, ``best_epoch`` is the epoch of the best validation score (``best_val_acc``) and
+    ``best_test_acc`` is NaN (the test split is evaluated once, at the end).
+    ``test_metrics`` / ``val_metrics``: every metric of the task, final values.
+    ``already_finished``: a resume found the run finished and did nothing.
     """
 
     final_test_acc: float
@@ -192,6 +324,12 @@ class TrainResult:
     stopped_early: bool
     history: list[dict[str, Any]] = field(default_factory=list)
     out_dir: Path | None = None
+    final_val_acc: float = math.nan
+    final_val_loss: float = math.nan
+    best_val_acc: float = math.nan
+    test_metrics: dict[str, float] = field(default_factory=dict)
+    val_metrics: dict[str, float] = field(default_factory=dict)
+    already_finished: bool = False
 
 
 def preprocess_info(dataset: Any) -> dict[str, Any] | None:
@@ -216,22 +354,109 @@ def _write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
+def load_init_weights(model: nn.Module, init: str) -> list[str]:
+    """Copy into ``model`` every tensor of ``init`` (a run directory, or a preset name) whose
+    name and shape match; the others keep their fresh values. Returns the lines to log (what
+    was copied, and which tensors, such as a head for another class count, start fresh)."""
+    from tfam.models import create_model, from_pretrained, list_models
+
+    path = Path(init)
+    if path.is_dir():
+        try:
+            source = from_pretrained(path)
+        except (FileNotFoundError, ValueError, OSError) as err:
+            raise ValueError(f"init={init!r} is invalid: {err}") from None
+        where = str(path)
+    elif init in list_models():
+        source = create_model(init)
+        where = f"preset {init} (its initial weights: no trained weights ship with it)"
+    else:
+        raise ValueError(
+            f"init={init!r} is invalid: expected a run directory holding config.json and "
+            "model.safetensors, or a model preset name (tfam list)"
+        )
+    theirs, mine = source.state_dict(), model.state_dict()
+    copied, fresh, unknown = [], [], []
+    with torch.no_grad():
+        for name, tensor in mine.items():
+            if name not in theirs:
+                unknown.append(name)
+            elif theirs[name].shape != tensor.shape:
+                fresh.append(name)
+            else:
+                tensor.copy_(theirs[name])
+                copied.append(name)
+    if not copied:
+        raise ValueError(
+            f"init={init!r} is invalid: none of its tensors fits this model (no name with the "
+            "same shape)"
+        )
+    lines = [f"init: copied {len(copied)}/{len(mine)} tensors from {where}"]
+    a = getattr(getattr(source, "config", None), "num_classes", None)
+    b = getattr(getattr(model, "config", None), "num_classes", None)
+    if fresh:
+        what = (
+            f"{init} was trained for {a} classes, this model has {b}: "
+            if a is not None and b is not None and a != b
+            else "shapes differ: "
+        )
+        lines.append(f"init: {what}a fresh head ({', '.join(fresh)}) is trained from scratch")
+    if unknown:
+        lines.append(f"init: not in {init}, left fresh: {', '.join(unknown)}")
+    return lines
+
+
 class _Stop(Exception):
     """Internal: leave the loops at a step boundary (Ctrl-C or max_steps)."""
 
 
-class Trainer:
-    """Trains a classifier ``model(x (B, C, H, W)) -> logits (B, num_classes)``.
+class _SeededItems(torch.utils.data.Dataset):
+    """Makes item loading reproducible anywhere: each item is produced under RNG seeds derived
+    from (run seed, epoch, index), in a worker or in the main process (whose own RNG state is
+    left untouched), so random per-item transforms give the same result with any number of
+    workers and after a resume."""
 
-    train_set / test_set: datasets of (image (C, H, W) float, label int); a ``get_batch(indices)
-    -> (images (B, C, H, W), labels (B,))`` method is used when present (one gather per batch),
-    otherwise items are stacked one by one. test_set may be None (no evaluation).
+    def __init__(self, dataset: Any, seed: int, epoch: int) -> None:
+        self.dataset, self.seed, self.epoch = dataset, seed, epoch
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        s = ((self.seed * 1_000_003 + self.epoch + 7) * 2_147_483_647 + int(index)) % 2**63
+        if torch.utils.data.get_worker_info() is not None:
+            torch.manual_seed(s)
+            random.seed(s)
+            np.random.seed(s % 2**32)
+            return self.dataset[index]
+        py, npy = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s)
+            random.seed(s)
+            np.random.seed(s % 2**32)
+            try:
+                return self.dataset[index]
+            finally:
+                random.setstate(py)
+                np.random.set_state(npy)
+
+
+class Trainer:
+    """Trains ``model`` on ``train_set`` for ``task`` (default: :class:`ImageClassification`,
+    ``model(x (B, C, H, W)) -> logits (B, num_classes)``).
+
+    Datasets: what the task reads. For images, items ``(image (C, H, W) float, label int)``,
+    with a ``get_batch(indices) -> (images, labels)`` fast path used when present (one gather
+    per batch); otherwise items go through a ``torch.utils.data.DataLoader`` (``num_workers``
+    worker processes, pinned memory on CUDA). test_set / val_set may be None.
     augment: optional ``(images, generator) -> images`` applied to training batches; when it
     also takes ``fill`` and the dataset has ``black`` (tfam's BatchAugment and ImageDataset),
     padding is filled with the dataset's normalised black.
     out_dir: where checkpoints, metrics and the final model go; None keeps everything in memory.
     run_args: extra facts for train_args.json (the CLI puts its arguments there).
     resume_hint: the command that resumes this run, printed after Ctrl-C.
+    callbacks: objects with ``on_epoch_end(trainer, row)`` / ``on_finish(trainer, result)``,
+    called on rank 0 (see :mod:`tfam.training.callbacks`).
     """
 
     def __init__(
@@ -244,17 +469,44 @@ class Trainer:
         augment: Augment | None = None,
         run_args: dict[str, Any] | None = None,
         resume_hint: str | None = None,
+        *,
+        val_set: Any = None,
+        task: Task | None = None,
+        callbacks: Sequence[Any] = (),
     ) -> None:
         self.config = config = config or TrainConfig()
         if len(train_set) == 0:
             raise ValueError("train_set is empty: nothing to train on")
+        if config.patience is not None and val_set is None:
+            raise ValueError(
+                f"patience={config.patience} is invalid without a validation split: early "
+                "stopping on the test split would make the test result optimistic; pass val_set"
+            )
+        self.task: Task = task if task is not None else ImageClassification()
         self.model = model
         self.train_set = train_set
         self.test_set = test_set
+        self.val_set = val_set
         self.augment = augment
+        self.callbacks = list(callbacks)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.run_args = dict(run_args or {})
         self.resume_hint = resume_hint
+
+        env = D.dist_info()
+        self.device = resolve_device(config.device, env.local_rank if env.enabled else None)
+        self.dist = D.init_distributed(self.device, config.dist_timeout)
+        if config.batch_size < self.dist.world_size:
+            raise ValueError(
+                f"batch_size={config.batch_size} is invalid with {self.dist.world_size} "
+                "processes: expected at least one example per process"
+            )
+        self._init_lines = load_init_weights(model, config.init) if config.init else []
+        model.to(self.device)
+        self.train_model: nn.Module = D.wrap_model(model, self.dist, self.device, config.fsdp)
+        if config.compile:
+            check_compile_available(self.device)
+            self.train_model = torch.compile(self.train_model)
         self.steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
         self.total_steps = config.epochs * self.steps_per_epoch
         self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
@@ -264,14 +516,24 @@ class Trainer:
         self.scheduler = build_scheduler(
             self.optimizer, self.warmup_steps, self.total_steps, config.min_lr
         )
+        self.scaler = grad_scaler(self.device, config.precision)
+        rank = self.dist.rank
         # Two generators, so the data order does not depend on whether augmentation draws.
+        # The data order is the same on every rank; augmentation and dropout differ per rank
+        # (rank 0 keeps the single-process seeds).
         self.data_generator = torch.Generator().manual_seed(config.seed)
-        self.augment_generator = torch.Generator().manual_seed(config.seed + 1_000_003)
-        self._augment_takes_fill = augment is not None and _accepts(augment, "fill")
-        self.show_progress = (
+        self.augment_generator = torch.Generator().manual_seed(
+            config.seed + 1_000_003 + 7_919 * rank
+        )
+        self.show_progress = self.dist.is_main and (
             config.progress
             if config.progress is not None
             else (not config.quiet and sys.stderr.isatty())
+        )
+        self.num_workers = (
+            config.num_workers
+            if config.num_workers is not None
+            else min(4, max(1, (os.cpu_count() or 1) - 1))
         )
         # Position in the run. A checkpoint holds all of it.
         self.epoch = 0  # completed epochs
@@ -280,16 +542,37 @@ class Trainer:
         self.permutation: Tensor | None = None  # data order of the current epoch
         self.sums = self._zero_sums()
         self.history: list[dict[str, Any]] = []
+        self.stopped_early = False
         self._elapsed_base = 0.0
         self._t0 = time.perf_counter()
         self._stop_requested = False
         self._logger: MetricsLogger | None = None
-        self._kill_at = None
+        self._kill_at: int | None = None
+        self._lock: RunLock | None = None
 
-    # -- paths --------------------------------------------------------------------------------
+    # -- names --------------------------------------------------------------------------------
     @property
     def checkpoint_dir(self) -> Path | None:
         return self.out_dir / CHECKPOINT_DIR if self.out_dir is not None else None
+
+    @property
+    def eval_split(self) -> str:
+        """The split evaluated after every epoch: ``val`` when given, else ``test``."""
+        return "val" if self.val_set is not None else "test"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """metrics.csv columns of this run."""
+        m = self.task.metrics
+        return (
+            "epoch",
+            "step",
+            *(f"train_{k}" for k in m),
+            *(f"{self.eval_split}_{k}" for k in m),
+            "lr",
+            "seconds",
+            f"{self.task.unit}_per_s",
+        )
 
     def elapsed(self) -> float:
         """Seconds of this run so far, summed over resumes."""
@@ -297,119 +580,242 @@ class Trainer:
 
     @staticmethod
     def _zero_sums() -> dict[str, float]:
-        return {"loss": 0.0, "correct": 0.0, "seen": 0.0, "train_seconds": 0.0}
+        return {"seen": 0.0, "train_seconds": 0.0}
 
     def _say(self, text: str, always: bool = False) -> None:
-        if always or not self.config.quiet:
+        if self.dist.is_main and (always or not self.config.quiet):
             from tqdm import tqdm
 
             tqdm.write(text, file=sys.stdout)
             sys.stdout.flush()
 
     # -- data ---------------------------------------------------------------------------------
-    def _batch(self, dataset: Any, indices: Tensor) -> tuple[Tensor, Tensor]:
-        if hasattr(dataset, "get_batch"):
-            x, y = dataset.get_batch(indices)
-        else:  # the slow path: any map-style dataset, no DataLoader
-            items = [dataset[int(i)] for i in indices]
-            x = torch.stack([torch.as_tensor(item[0]) for item in items])
-            y = torch.as_tensor([int(item[1]) for item in items], dtype=torch.int64)
-        return x, y.to(torch.int64)
+    def _batches(
+        self, dataset: Any, index_batches: Sequence[Tensor], epoch: int
+    ) -> Iterator[Batch]:
+        """The batches of ``index_batches`` (CPU tensors): the task's fast path when the
+        dataset has one, else a DataLoader over the items."""
+        if not index_batches:
+            return
+        first = self.task.get_batch(dataset, index_batches[0])
+        if first is not None:
+            yield first
+            for idx in index_batches[1:]:
+                batch = self.task.get_batch(dataset, idx)
+                assert batch is not None
+                yield batch
+            return
+        loader = torch.utils.data.DataLoader(
+            _SeededItems(dataset, self.config.seed, epoch),
+            batch_sampler=[idx.tolist() for idx in index_batches],
+            collate_fn=self.task.collate,
+            num_workers=self.num_workers,
+            pin_memory=self.device.type == "cuda",
+        )
+        yield from loader
 
-    def _augmented(self, x: Tensor) -> Tensor:
-        if self.augment is None:
-            return x
-        if self._augment_takes_fill and hasattr(self.train_set, "black"):
-            return self.augment(x, self.augment_generator, fill=self.train_set.black)
-        return self.augment(x, self.augment_generator)
-
-    def _autocast(self) -> torch.autocast:
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.config.bf16)
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return autocast(self.device, self.config.precision)
 
     # -- one optimiser step -------------------------------------------------------------------
-    def train_step(self, x: Tensor, y: Tensor) -> tuple[float, int]:
-        """One optimiser step on images x (B, C, H, W), labels y (B,), in ``accum_steps``
-        micro-batches. Returns (summed plain cross-entropy, number correct) over the batch."""
+    def step(self, batch: Batch) -> dict[str, float]:
+        """One optimiser step on this process's share of a global batch, in ``accum_steps``
+        micro-batches. Returns the task's metric sums over the share (plain loss sum, ...)."""
         cfg = self.config
-        self.model.train()
+        model = self.train_model
+        model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total = y.shape[0]
-        ce_sum = torch.zeros((), dtype=torch.float64)
-        correct = 0
-        for xs, ys in zip(x.tensor_split(cfg.accum_steps), y.tensor_split(cfg.accum_steps)):
-            if ys.numel() == 0:
-                continue
-            with self._autocast():
-                logits = self.model(xs)
-            logits = logits.float()
-            # Sum over the micro-batch / size of the whole batch: the K backward passes add up
-            # to the gradient of the batch mean.
-            loss = F.cross_entropy(logits, ys, reduction="sum", label_smoothing=cfg.label_smoothing)
-            (loss / total).backward()
-            with torch.no_grad():
-                plain = (
-                    loss
-                    if cfg.label_smoothing == 0
-                    else F.cross_entropy(logits, ys, reduction="sum")
-                )
-                ce_sum += plain.double()
-                correct += int((logits.argmax(dim=1) == ys).sum())
+        # The loss is averaged over the counted units of the whole global batch.
+        count = self.task.count(batch).to(torch.float64)
+        total = float(D.all_reduce_tensor(count.to(self._reduce_device), self.dist))
+        denominator = total / self.dist.world_size  # DDP and FSDP average over ranks
+        parts = split_batch(batch, cfg.accum_steps) or [batch]
+        sums: dict[str, Tensor] = {}
+        for i, part in enumerate(parts):
+            part = move_batch(part, self.device)
+            last = i == len(parts) - 1
+            no_sync = getattr(model, "no_sync", None)
+            sync = contextlib.nullcontext() if last or no_sync is None else no_sync()
+            with sync:
+                with self._autocast():
+                    loss, part_sums = self.task.train_loss(model, part, cfg)
+                scaled = loss / denominator if denominator > 0 else loss * 0.0
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+            for k, v in part_sums.items():
+                sums[k] = sums[k] + v if k in sums else v
+        values = {k: float(v) for k, v in zip(sums, torch.stack(list(sums.values())).tolist())}
+        self._check_finite(values.get("loss", 0.0))
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         if cfg.clip_grad:
-            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
-        self.optimizer.step()
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+            if self.scaler is None and not math.isfinite(float(norm)):
+                self._diverged("the gradient norm", float(norm))
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
-        return float(ce_sum), correct
+        return values
+
+    @property
+    def _reduce_device(self) -> torch.device:
+        # NCCL reduces CUDA tensors only; gloo reduces CPU tensors.
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
+
+    def _check_finite(self, local_loss: float) -> None:
+        """Every rank agrees on whether the step's loss is finite (one small all-reduce), so a
+        divergence stops all of them at the same step."""
+        flags = torch.tensor(
+            [0.0 if math.isfinite(local_loss) else 1.0, 1.0 if self._stop_requested else 0.0],
+            dtype=torch.float64,
+            device=self._reduce_device,
+        )
+        if self.dist.enabled:
+            D.all_reduce_tensor(flags, self.dist)
+            self._stop_agreed = bool(flags[1] > 0)
+        if flags[0] > 0:
+            self._diverged("the loss", local_loss)
+
+    def _diverged(self, what: str, value: float) -> None:
+        last = find_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
+        if last is not None:
+            try:
+                step = read_checkpoint(last)["global_step"]
+                kept = f"the last good checkpoint is kept: {last} (step {step})"
+            except ValueError:
+                kept = f"the last checkpoint is kept: {last}"
+        else:
+            kept = "no checkpoint had been written yet"
+        lr = self.optimizer.param_groups[0]["lr"]
+        raise NonFiniteLossError(
+            f"training diverged: {what} is {value} at epoch {self.epoch + 1}, optimiser step "
+            f"{self.global_step + 1} (lr {lr:.3g}); stopped without saving the diverged "
+            f"weights; {kept}; start again with a lower lr"
+        )
+
+    def train_step(self, x: Tensor, y: Tensor) -> tuple[float, int]:
+        """One optimiser step on images x (B, C, H, W), labels y (B,) (image classification).
+        Returns (summed plain cross-entropy, number correct) over the batch."""
+        sums = self.step({"images": x, "labels": y.to(torch.int64)})
+        return sums["loss"], int(sums["correct"])
 
     # -- evaluation ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def evaluate(self, dataset: Any = None) -> tuple[float, float] | None:
-        """(mean cross-entropy, accuracy) of the model on ``dataset`` (default: the test set).
-        None if there is no test set, or if a stop was requested while evaluating."""
-        dataset = self.test_set if dataset is None else dataset
+    def evaluate_metrics(self, dataset: Any = None) -> dict[str, float] | None:
+        """The task's metrics on ``dataset`` (default: the per-epoch split), shared over the
+        processes. None if there is no such split, or (single process) if a stop was requested
+        while evaluating."""
+        if dataset is None:
+            dataset = self.val_set if self.val_set is not None else self.test_set
         if dataset is None:
             return None
-        was_training = self.model.training
-        self.model.eval()
+        # FSDP gathers weights inside forward: every rank runs forward on the raw module
+        # the same number of times; DDP's module can run alone.
+        model = self.train_model if self.config.fsdp and self.dist.enabled else self.model
+        was_training = model.training
+        model.eval()
         n = len(dataset)
-        loss_sum, correct = 0.0, 0
+        size = self.config.eval_batch_size
+        chunks, keep = [], []
+        for start in range(0, n, size):
+            local = D.shard(torch.arange(start, min(start + size, n)), self.dist)
+            keep.append(local.numel() > 0)
+            chunks.append(local if local.numel() > 0 else torch.zeros(1, dtype=torch.int64))
+        sums: dict[str, Tensor] = {}
         try:
-            for start in range(0, n, self.config.eval_batch_size):
-                if self._stop_requested:
+            for batch, use in zip(self._batches(dataset, chunks, epoch=-1), keep):
+                if self._stop_requested and not self.dist.enabled:
                     return None
-                idx = torch.arange(start, min(start + self.config.eval_batch_size, n))
-                x, y = self._batch(dataset, idx)
+                batch = move_batch(batch, self.device)
                 with self._autocast():
-                    logits = self.model(x)
-                logits = logits.float()
-                loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
-                correct += int((logits.argmax(dim=1) == y).sum())
+                    part = self.task.eval_sums(model, batch)
+                for k, v in part.items():
+                    v = v if use else v * 0
+                    sums[k] = sums[k] + v if k in sums else v
         finally:
-            self.model.train(was_training)
-        return loss_sum / n, correct / n
+            model.train(was_training)
+        values = {k: float(v) for k, v in sums.items()}
+        values = D.all_reduce_sums(values, self.dist, self._reduce_device)
+        return self.task.reduce(values)
+
+    def evaluate(self, dataset: Any = None) -> tuple[float, float] | None:
+        """(mean loss, accuracy) on ``dataset`` (default: the per-epoch split); see
+        :meth:`evaluate_metrics` for every metric of the task."""
+        result = self.evaluate_metrics(dataset)
+        if result is None:
+            return None
+        return result.get("loss", math.nan), result.get("acc", math.nan)
 
     # -- checkpoints --------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: tensors and plain Python values only."""
+    def _rank_state(self) -> dict[str, Any]:
+        """This process's own random state and running sums."""
         np_state = np.random.get_state()
-        model_config = getattr(self.model, "config", None)
         return {
-            "format": 1,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "data": self.data_generator.get_state(),
-                "augment": self.augment_generator.get_state(),
-                "python": random.getstate(),
-                "numpy": {
-                    "kind": str(np_state[0]),
-                    "keys": torch.from_numpy(np_state[1].astype(np.int64)),
-                    "pos": int(np_state[2]),
-                    "has_gauss": int(np_state[3]),
-                    "cached_gaussian": float(np_state[4]),
-                },
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            "augment": self.augment_generator.get_state(),
+            "python": random.getstate(),
+            "numpy": {
+                "kind": str(np_state[0]),
+                "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+                "pos": int(np_state[2]),
+                "has_gauss": int(np_state[3]),
+                "cached_gaussian": float(np_state[4]),
             },
+            "sums": dict(self.sums),
+        }
+
+    def _set_rank_state(self, rng: dict[str, Any], sums: dict[str, float] | None) -> None:
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], self.device)
+        self.augment_generator.set_state(rng["augment"])
+        version, internal, gauss = rng["python"]
+        random.setstate((version, tuple(internal), gauss))
+        npr = rng["numpy"]
+        np.random.set_state(
+            (
+                npr["kind"],
+                npr["keys"].numpy().astype(np.uint32),
+                npr["pos"],
+                npr["has_gauss"],
+                npr["cached_gaussian"],
+            )
+        )
+        if sums is not None:
+            self.sums = dict(sums)
+
+    def _weights_and_optimizer(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        if self.config.fsdp and self.dist.enabled:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            return get_state_dict(self.model, self.optimizer, options=options)
+        return self.model.state_dict(), self.optimizer.state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: tensors and plain Python values only.
+        Distributed: a collective (every rank must call it); rank 0's copy is complete."""
+        model_config = getattr(self.model, "config", None)
+        mine = self._rank_state()
+        ranks = D.all_gather_object(mine, self.dist)
+        weights, optimizer = self._weights_and_optimizer()
+        rng = {k: v for k, v in mine.items() if k != "sums"}
+        rng["data"] = self.data_generator.get_state()
+        return {
+            "format": 2,
+            "model": weights,
+            "optimizer": optimizer,
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": rng,
+            "ranks": ranks if self.dist.enabled else None,
+            "world_size": self.dist.world_size,
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
             "global_step": self.global_step,
@@ -417,13 +823,15 @@ class Trainer:
             "sums": dict(self.sums),
             "history": [dict(r) for r in self.history],
             "elapsed": self.elapsed(),
+            "stopped_early": self.stopped_early,
             "config": self.config.to_dict(),
             "model_config": model_config.to_dict() if hasattr(model_config, "to_dict") else None,
         }
 
     def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint") -> None:
         """Restore a :meth:`state_dict`; refuses one from a run with other settings."""
-        saved_cfg = state["config"]
+        saved_cfg = dict(state["config"])
+        saved_cfg.setdefault("precision", "bf16" if saved_cfg.get("bf16") else "fp32")
         mine = self.config.to_dict()
         for name in _RESUME_FIELDS:
             a, b = saved_cfg.get(name), mine[name]
@@ -445,44 +853,106 @@ class Trainer:
                     f"cannot resume from {source}: its model has {k}={saved.get(k)!r}, this "
                     f"model has {k}={now.get(k)!r} (differing fields: {', '.join(diff)})"
                 )
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        self.data_generator.set_state(rng["data"])
-        self.augment_generator.set_state(rng["augment"])
-        version, internal, gauss = rng["python"]
-        random.setstate((version, tuple(internal), gauss))
-        npr = rng["numpy"]
-        np.random.set_state(
-            (
-                npr["kind"],
-                npr["keys"].numpy().astype(np.uint32),
-                npr["pos"],
-                npr["has_gauss"],
-                npr["cached_gaussian"],
+        if self.config.fsdp and self.dist.enabled:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+                options=StateDictOptions(full_state_dict=True),
             )
-        )
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self.data_generator.set_state(state["rng"]["data"])
+        ranks = state.get("ranks")
+        saved_world = int(state.get("world_size", 1))
+        if saved_world == self.dist.world_size:
+            if ranks:
+                own = ranks[self.dist.rank]
+                self._set_rank_state(own, own["sums"])
+            else:
+                self._set_rank_state(state["rng"], state["sums"])
+        else:
+            self._say(
+                f"note: {source} was written by {saved_world} process(es), this run has "
+                f"{self.dist.world_size}: the data order continues exactly, the augmentation "
+                "and dropout streams are seeded afresh per process (not bit-exact)",
+                always=True,
+            )
+            if self.dist.is_main:
+                self._set_rank_state(state["rng"], None)
+            self.sums = self._zero_sums()
         self.epoch = int(state["epoch"])
         self.batch_in_epoch = int(state["batch_in_epoch"])
         self.global_step = int(state["global_step"])
         self.permutation = state["permutation"]
-        self.sums = dict(state["sums"])
         self.history = [dict(r) for r in state["history"]]
+        self.stopped_early = bool(state.get("stopped_early", False))
         self._elapsed_base = float(state["elapsed"])
         self._t0 = time.perf_counter()
+        saved_epochs = int(saved_cfg.get("epochs", self.config.epochs))
+        if saved_epochs != self.config.epochs:
+            self._replan(saved_epochs)
+
+    def _replan(self, saved_epochs: int) -> None:
+        """Stretch (or shrink) the cosine schedule to the new ``epochs`` from the current step
+        on; the learning rate of the next step follows the new plan."""
+        for factor in self.scheduler.lr_lambdas:
+            if isinstance(factor, WarmupCosine):
+                factor.total_steps = self.total_steps
+        step = self.scheduler.last_epoch
+        for group, base, factor in zip(
+            self.optimizer.param_groups, self.scheduler.base_lrs, self.scheduler.lr_lambdas
+        ):
+            group["lr"] = base * factor(step)
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        if self.epoch < self.config.epochs and not self.stopped_early:
+            self._say(
+                f"extending the run from {saved_epochs} to {self.config.epochs} epochs: the "
+                f"learning-rate schedule is re-planned to end at step {self.total_steps}"
+            )
 
     def save(self) -> Path | None:
-        """Write a checkpoint of the current step boundary (no-op without out_dir)."""
+        """Write a checkpoint of the current step boundary (no-op without out_dir). Every
+        process takes part (their random states are gathered); rank 0 writes; all wait."""
         if self.checkpoint_dir is None:
             return None
-        return save_checkpoint(
-            self.state_dict(),
-            self.checkpoint_dir,
-            epoch=self.epoch,
-            batch_in_epoch=self.batch_in_epoch,
-            global_step=self.global_step,
+        state = self.state_dict()
+        path = None
+        error: str | None = None
+        if self.dist.is_main:
+            try:
+                path = save_checkpoint(
+                    state,
+                    self.checkpoint_dir,
+                    epoch=self.epoch,
+                    batch_in_epoch=self.batch_in_epoch,
+                    global_step=self.global_step,
+                )
+            except OSError as err:
+                error = self._save_error(err)
+        D.barrier(self.dist)
+        if error is not None:
+            raise CheckpointSaveError(error)
+        return path
+
+    def _save_error(self, err: OSError) -> str:
+        previous = find_checkpoint(self.checkpoint_dir) if self.checkpoint_dir is not None else None
+        kept = (
+            f"the previous checkpoint {previous} is intact; free space and resume from it"
+            if previous is not None
+            else "no earlier checkpoint exists"
+        )
+        reason = err.strerror or str(err)
+        return (
+            f"could not write a checkpoint into {self.checkpoint_dir} at step "
+            f"{self.global_step}: {reason}; {kept}"
         )
 
     # -- the run ------------------------------------------------------------------------------
@@ -491,25 +961,44 @@ class Trainer:
 
         resume: continue from ``out_dir/checkpoints`` (last.pt, or prev.pt if last.pt is bad);
         starts fresh if there is no checkpoint yet. Without it, an ``out_dir`` that already
-        holds a checkpoint is refused rather than overwritten.
+        holds a checkpoint is refused rather than overwritten, and so is one that holds a saved
+        model without checkpoints. A second run into the same ``out_dir`` while one is
+        running is refused (a lock).
 
         Ctrl-C (SIGINT, in the main thread) stops at the end of the current step, writes a
         checkpoint, prints how to resume and raises KeyboardInterrupt. A second Ctrl-C aborts
-        at once (the last checkpoint stays).
+        at once (the last checkpoint stays). A non-finite loss raises
+        :class:`NonFiniteLossError` and keeps the last good checkpoint.
         """
+        try:
+            return self._fit(resume)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    def _fit(self, resume: bool) -> TrainResult:
         cfg = self.config
-        self._start(resume)
-        if self.out_dir is not None:
-            self._logger = MetricsLogger(self.out_dir, self.history, tensorboard=cfg.tensorboard)
+        if self.out_dir is not None and self.dist.is_main:
+            self._prepare_out_dir()
+        if not self._start(resume):
+            return self._finished_result()
+        if self.out_dir is not None and self.dist.is_main:
+            self._logger = MetricsLogger(
+                self.out_dir, self.history, tensorboard=cfg.tensorboard, columns=self.columns
+            )
             self._write_run_files(final=False)
         kill = os.environ.get(KILL_ENV)
-        self._kill_at = int(kill) if kill else None
+        kill_rank = os.environ.get(KILL_RANK_ENV)
+        self._kill_at = (
+            int(kill) if kill and (not kill_rank or int(kill_rank) == self.dist.rank) else None
+        )
         previous_handler = None
         if threading.current_thread() is threading.main_thread():
             previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
         stopped = False
         try:
-            while self.epoch < cfg.epochs:
+            while self.epoch < cfg.epochs and not self.stopped_early:
                 self._train_epoch()
                 self._end_epoch()
         except _Stop:
@@ -523,63 +1012,135 @@ class Trainer:
             path = self.save()
             where = f" to {path}" if path else ""
             hint = self.resume_hint or "Trainer(...).fit(resume=True) with the same out_dir"
-            print(
-                f"\ninterrupted at epoch {self.epoch + 1}, step {self.global_step}: "
-                f"checkpoint saved{where}.\nresume with: {hint}",
-                file=sys.stderr,
-                flush=True,
-            )
+            if self.dist.is_main:
+                print(
+                    f"\ninterrupted at epoch {self.epoch + 1}, step {self.global_step}: "
+                    f"checkpoint saved{where}.\nresume with: {hint}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             raise KeyboardInterrupt
         if stopped:  # max_steps
             self.save()
             self._say(f"stopped after max_steps={cfg.max_steps} optimiser steps")
-        return self._finish(stopped_early=stopped)
+        return self._finish(stopped_early=stopped or self.stopped_early)
 
-    def _start(self, resume: bool) -> None:
+    def _prepare_out_dir(self) -> None:
+        assert self.out_dir is not None
+        out = self.out_dir
+        for p in (out, *out.parents):
+            if p.exists() and not p.is_dir():
+                raise ValueError(f"out_dir={str(out)!r} is invalid: {p} is a file, not a directory")
+            if p.exists():
+                break
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ValueError(
+                f"out_dir={str(out)!r} is invalid: cannot create it ({err.strerror or err})"
+            ) from None
+        self._lock = RunLock(out)
+        self._lock.acquire()
+
+    def _start(self, resume: bool) -> bool:
+        """Load the checkpoint (resume) or seed a fresh run. False when a resumed run has
+        nothing left to do."""
         cfg = self.config
         ckpt_dir = self.checkpoint_dir
         if resume and ckpt_dir is None:
             raise ValueError("resume=True needs an out_dir that holds the checkpoints")
-        if resume:
-            loaded = load_latest(ckpt_dir)
-            if loaded is not None:
-                state, path = loaded
-                self.load_state_dict(state, source=str(path))
-                self._say(
-                    f"resumed from {path}: epoch {self.epoch + 1}/{cfg.epochs}, step "
-                    f"{self.batch_in_epoch}/{self.steps_per_epoch} of the epoch, "
-                    f"{self.global_step} optimiser steps done"
+        path: Path | None = None
+        state: dict[str, Any] | None = None
+        if ckpt_dir is not None and self.dist.is_main:
+            if resume:
+                loaded = load_latest(ckpt_dir)  # may move a bad last.pt aside: rank 0 only
+                if loaded is not None:
+                    state, path = loaded
+            elif find_checkpoint(ckpt_dir) is not None:
+                raise ValueError(
+                    f"out_dir {self.out_dir} already holds a training checkpoint "
+                    f"({find_checkpoint(ckpt_dir)}); resume it (--resume / fit(resume=True)) or "
+                    "choose another output directory"
                 )
-                return
-            self._say(f"no checkpoint in {ckpt_dir}; starting a new run")
-        elif ckpt_dir is not None and find_checkpoint(ckpt_dir) is not None:
-            raise ValueError(
-                f"out_dir {self.out_dir} already holds a training checkpoint "
-                f"({find_checkpoint(ckpt_dir)}); resume it (--resume / fit(resume=True)) or "
-                "choose another output directory"
+            saved_model = self.out_dir / "model.safetensors" if self.out_dir else None
+            if path is None and saved_model is not None and saved_model.exists():
+                raise ValueError(
+                    f"out_dir {self.out_dir} holds a saved model ({saved_model}) but no "
+                    "training checkpoint: training there would overwrite it; choose another "
+                    "output directory (or start from that model with init)"
+                )
+        path = D.broadcast_object(path, self.dist)
+        if path is not None:
+            self.load_state_dict(state or read_checkpoint(path), source=str(path))
+            if self.stopped_early or (self.epoch >= cfg.epochs and self.batch_in_epoch == 0):
+                return False
+            self._say(
+                f"resumed from {path}: epoch {self.epoch + 1}/{cfg.epochs}, step "
+                f"{self.batch_in_epoch}/{self.steps_per_epoch} of the epoch, "
+                f"{self.global_step} optimiser steps done"
             )
-        # A fresh run: seed every RNG the run may touch (dropout, drop-path, user code).
-        torch.manual_seed(cfg.seed)
-        random.seed(cfg.seed)
-        np.random.seed(cfg.seed % 2**32)
+            return True
+        if resume:
+            self._say(f"no checkpoint in {ckpt_dir}; starting a new run")
+        for line in self._init_lines:
+            self._say(line, always=True)
+        # A fresh run: seed every RNG the run may touch (dropout, drop-path, user code); each
+        # process has its own stream, rank 0 the single-process one.
+        seed = cfg.seed + 104_729 * self.dist.rank
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
         self._t0 = time.perf_counter()
+        return True
+
+    def _finished_result(self) -> TrainResult:
+        cfg = self.config
+        how = (
+            f"it stopped early at epoch {self.epoch} (no better {self.eval_split} "
+            f"{self.task.primary_metric} for {cfg.patience} epochs)"
+            if self.stopped_early
+            else f"it has done {self.epoch} epochs ({self.global_step} optimiser steps) of the "
+            f"{cfg.epochs} asked"
+        )
+        self._say(
+            f"the run in {self.out_dir} is already finished: {how}; nothing to do. To train "
+            f"longer, resume with a larger epochs (--epochs N, now {cfg.epochs})",
+            always=True,
+        )
+        return self._result({}, {}, self.stopped_early, already_finished=True)
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         if self._stop_requested:
             raise KeyboardInterrupt  # second Ctrl-C: abort now
         self._stop_requested = True
-        print(
-            "\nCtrl-C: stopping after this step and saving a checkpoint "
-            "(Ctrl-C again to abort at once)",
-            file=sys.stderr,
-            flush=True,
-        )
+        if self.dist.is_main:
+            print(
+                "\nCtrl-C: stopping after this step and saving a checkpoint "
+                "(Ctrl-C again to abort at once)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _check_stop(self) -> None:
-        if self._stop_requested:
+        # Distributed: the stop flag travels with each step's all-reduce, so every rank stops
+        # at the same step boundary.
+        requested = self._stop_agreed if self.dist.enabled else self._stop_requested
+        if requested:
+            self._stop_requested = True
             raise _Stop
         if self.config.max_steps is not None and self.global_step >= self.config.max_steps:
             raise _Stop
+
+    _stop_agreed = False
+
+    def _epoch_batches(self) -> Iterator[Batch]:
+        cfg = self.config
+        assert self.permutation is not None
+        indices = []
+        for b in range(self.batch_in_epoch, self.steps_per_epoch):
+            idx = self.permutation[b * cfg.batch_size : (b + 1) * cfg.batch_size]
+            indices.append(D.shard(idx, self.dist))
+        return self._batches(self.train_set, indices, epoch=self.epoch)
 
     def _train_epoch(self) -> None:
         from tqdm import tqdm
@@ -598,71 +1159,111 @@ class Trainer:
             leave=False,
             dynamic_ncols=True,
         )
+        batches = self._epoch_batches()
         try:
             while self.batch_in_epoch < self.steps_per_epoch:
                 self._check_stop()
                 t = time.perf_counter()
-                start = self.batch_in_epoch * cfg.batch_size
-                idx = self.permutation[start : start + cfg.batch_size]
-                x, y = self._batch(self.train_set, idx)
-                x = self._augmented(x)
-                loss_sum, correct = self.train_step(x, y)
+                batch = next(batches)
+                batch = self.task.augment(
+                    batch, self.augment, self.augment_generator, self.train_set
+                )
+                values = self.step(batch)
                 self.batch_in_epoch += 1
                 self.global_step += 1
                 s = self.sums
-                s["loss"] += loss_sum
-                s["correct"] += correct
-                s["seen"] += y.shape[0]
+                for k, v in values.items():
+                    s[k] = s.get(k, 0.0) + v
+                s["seen"] += float(next(iter(batch.values())).shape[0])
                 s["train_seconds"] += time.perf_counter() - t
                 if self.show_progress:
                     bar.update(1)
-                    bar.set_postfix(
-                        {
-                            "loss": f"{s['loss'] / s['seen']:.4f}",
-                            "acc": f"{100 * s['correct'] / s['seen']:.2f}%",
-                            "img/s": f"{s['seen'] / max(s['train_seconds'], 1e-9):.0f}",
-                        },
-                        refresh=False,
+                    shown = self.task.reduce(s)
+                    post = {k: f"{v:.4f}" for k, v in shown.items() if k != "acc"}
+                    if "acc" in shown:
+                        post["acc"] = f"{100 * shown['acc']:.2f}%"
+                    post[f"{self.task.unit[:3]}/s"] = (
+                        f"{s['seen'] * self.dist.world_size / max(s['train_seconds'], 1e-9):.0f}"
                     )
+                    bar.set_postfix(post, refresh=False)
                 if cfg.save_every and self.global_step % cfg.save_every == 0:
                     self.save()
                 if self._kill_at is not None and self.global_step == self._kill_at:
                     os.kill(os.getpid(), signal.SIGKILL)
         finally:
             bar.close()
+            if hasattr(batches, "close"):
+                batches.close()
 
     def _end_epoch(self) -> None:
         cfg = self.config
-        result = self.evaluate()
-        if self._stop_requested:
+        result = self.evaluate_metrics()
+        if self._stop_requested and not self.dist.enabled:
             raise _Stop  # evaluation was cut short; the resumed run evaluates again
-        test_loss, test_acc = result if result is not None else (math.nan, math.nan)
-        s = self.sums
-        row = {
-            "epoch": self.epoch + 1,
-            "step": self.global_step,
-            "train_loss": s["loss"] / max(s["seen"], 1),
-            "train_acc": s["correct"] / max(s["seen"], 1),
-            "test_loss": test_loss,
-            "test_acc": test_acc,
-            "lr": self.optimizer.param_groups[0]["lr"],
-            "seconds": self.elapsed(),
-            "images_per_s": s["seen"] / max(s["train_seconds"], 1e-9),
-        }
+        split = self.eval_split
+        own = {k: v for k, v in self.sums.items() if k != "train_seconds"}
+        s = D.all_reduce_sums(own, self.dist, self._reduce_device)
+        train = self.task.reduce(s)
+        row: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step}
+        for k in self.task.metrics:
+            row[f"train_{k}"] = train.get(k, math.nan)
+        for k in self.task.metrics:
+            row[f"{split}_{k}"] = result.get(k, math.nan) if result is not None else math.nan
+        row["lr"] = self.optimizer.param_groups[0]["lr"]
+        row["seconds"] = self.elapsed()
+        row[f"{self.task.unit}_per_s"] = s["seen"] / max(self.sums["train_seconds"], 1e-9)
         self.history.append(row)
         if self._logger is not None:
             self._logger.log_epoch(row)
         self.epoch += 1
         self.batch_in_epoch = 0
         self.permutation = None
+        if cfg.patience is not None and self._epochs_since_best() >= cfg.patience:
+            self.stopped_early = True
         self.save()
-        self._say(
-            f"epoch {row['epoch']:>{len(str(cfg.epochs))}}/{cfg.epochs}  "
-            f"train loss {row['train_loss']:.4f} acc {100 * row['train_acc']:6.2f}%  "
-            f"test loss {test_loss:.4f} acc {100 * test_acc:6.2f}%  "
-            f"lr {row['lr']:.2e}  {row['images_per_s']:.0f} img/s  {row['seconds']:.1f} s"
-        )
+        if self.dist.is_main:
+            for cb in self.callbacks:
+                if hasattr(cb, "on_epoch_end"):
+                    cb.on_epoch_end(self, row)
+        self._say(self._epoch_line(row))
+        if self.stopped_early:
+            self._say(
+                f"early stop: no better {split} {self.task.primary_metric} for "
+                f"{cfg.patience} epochs (best at epoch {self._best_row()['epoch']})"
+            )
 
+    def _epoch_line(self, row: dict[str, Any]) -> str:
+        cfg = self.config
+        parts = [f"epoch {row['epoch']:>{len(str(cfg.epochs))}}/{cfg.epochs} "]
+        for split in ("train", self.eval_split):
+            text = [split]
+            for k in self.task.metrics:
+                v = row[f"{split}_{k}"]
+                text.append(f"acc {100 * v:6.2f}%" if k == "acc" else f"{k} {v:.4f}")
+            parts.append(" ".join(text) + " ")
+        unit = f"{self.task.unit}_per_s"
+        parts.append(
+            f"lr {row['lr']:.2e}  {row[unit]:.0f} {self.task.unit[:3]}/s  {row['seconds']:.1f} s"
+        )
+        return " ".join(parts)
+
+    # -- best ---------------------------------------------------------------------------------
+    def _score(self, row: dict[str, Any]) -> float:
+        return float(row.get(f"{self.eval_split}_{self.task.primary_metric}", math.nan))
+
+    def _best_row(self) -> dict[str, Any] | None:
+        scored = [r for r in self.history if not math.isnan(self._score(r))]
+        if not scored:
+            return None
+        sign = 1.0 if self.task.higher_is_better else -1.0
+        # max() keeps the first of equal scores: the earliest epoch that reached the best.
+        return max(scored, key=lambda r: sign * self._score(r))
+
+    def _epochs_since_best(self) -> int:
+        best = self._best_row()
+        return 0 if best is None else self.epoch - int(best["epoch"])
+
+    # -- the end ------------------------------------------------------------------------------
     def _write_run_files(self, final: bool) -> None:
         assert self.out_dir is not None
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -671,55 +1272,107 @@ class Trainer:
         info = preprocess_info(self.train_set)
         if info is not None:
             _write_json(self.out_dir / "preprocess.json", info)
-        if final:
-            if hasattr(self.model, "save_pretrained"):
-                self.model.save_pretrained(self.out_dir)
-            if self._logger is not None:
-                self._logger.plot(title=self.run_args.get("title", ""))
+        if final and hasattr(self.model, "save_pretrained"):
+            try:
+                self._plain_model().save_pretrained(self.out_dir)
+            except OSError as err:
+                raise CheckpointSaveError(
+                    f"could not write the final model into {self.out_dir}: "
+                    f"{err.strerror or err}; the last checkpoint in {self.checkpoint_dir} is "
+                    "intact (resume writes the model again)"
+                ) from None
+
+    def _plain_model(self) -> nn.Module:
+        """The model with whole (unsharded) weights on rank 0."""
+        if self._full_weights is None:
+            return self.model
+        plain = type(self.model)(self.model.config)
+        plain.load_state_dict(self._full_weights)
+        return plain
+
+    _full_weights: dict[str, Tensor] | None = None
+
+    def _final_row_metrics(self) -> dict[str, float]:
+        if not self.history:
+            return {}
+        row = self.history[-1]
+        return {k: row.get(f"{self.eval_split}_{k}", math.nan) for k in self.task.metrics}
 
     def _finish(self, stopped_early: bool) -> TrainResult:
         if self.history and self.batch_in_epoch == 0:
-            final_loss, final_acc = self.history[-1]["test_loss"], self.history[-1]["test_acc"]
+            per_epoch = self._final_row_metrics()
         else:  # stopped mid-epoch: evaluate the weights as they are
-            result = self.evaluate()
-            final_loss, final_acc = result if result is not None else (math.nan, math.nan)
-        scored = [r for r in self.history if not math.isnan(r["test_acc"])]
-        best = max(scored, key=lambda r: r["test_acc"]) if scored else None
-        best_acc = best["test_acc"] if best else final_acc
-        best_epoch = best["epoch"] if best else self.epoch
-        if self.out_dir is not None:
+            per_epoch = self.evaluate_metrics() or {}
+        if self.val_set is not None:
+            test = (self.evaluate_metrics(self.test_set) or {}) if self.test_set is not None else {}
+            result = self._result(test, per_epoch, stopped_early)
+        else:
+            result = self._result(per_epoch, {}, stopped_early)
+        if self.config.fsdp and self.dist.enabled:
+            self._full_weights = self._weights_and_optimizer()[0]  # a collective
+        if self.out_dir is not None and self.dist.is_main:
             self._write_run_files(final=True)
-        seconds = self.elapsed()
-        if not math.isnan(final_acc):
-            best_text = (
-                f" (best {100 * best_acc:.2f}% at epoch {best_epoch})" if best is not None else ""
-            )
-            self._say(
-                f"final test accuracy {100 * final_acc:.2f}%{best_text}; {self.epoch} epochs, "
-                f"{self.global_step} steps in {seconds:.1f} s"
-                + (f"; model and logs in {self.out_dir}" if self.out_dir else ""),
-                always=True,
-            )
+        D.barrier(self.dist)
+        if self.dist.is_main:
+            for cb in self.callbacks:
+                if hasattr(cb, "on_finish"):
+                    cb.on_finish(self, result)
+        self._say(self._final_line(result), always=True)
+        return result
+
+    def _result(
+        self,
+        test: dict[str, float],
+        val: dict[str, float],
+        stopped_early: bool,
+        already_finished: bool = False,
+    ) -> TrainResult:
+        if self.val_set is None and not test:
+            test = self._final_row_metrics()
+        best = self._best_row()
+        best_score = self._score(best) if best is not None else math.nan
+        has_val = self.val_set is not None
+        if has_val and not val:
+            val = self._final_row_metrics()
+        final_test_acc = test.get("acc", math.nan)
+        best_test = math.nan if has_val else (best_score if best is not None else final_test_acc)
         return TrainResult(
-            final_test_acc=final_acc,
-            final_test_loss=final_loss,
-            best_test_acc=best_acc,
-            best_epoch=best_epoch,
+            final_test_acc=final_test_acc,
+            final_test_loss=test.get("loss", math.nan),
+            best_test_acc=best_test,
+            best_epoch=int(best["epoch"]) if best is not None else self.epoch,
             epochs_completed=self.epoch,
             steps=self.global_step,
-            seconds=seconds,
+            seconds=self.elapsed(),
             stopped_early=stopped_early,
             history=[dict(r) for r in self.history],
             out_dir=self.out_dir,
+            final_val_acc=val.get("acc", math.nan),
+            final_val_loss=val.get("loss", math.nan),
+            best_val_acc=best_score if has_val and best is not None else math.nan,
+            test_metrics=dict(test),
+            val_metrics=dict(val),
+            already_finished=already_finished,
         )
 
+    def _final_line(self, r: TrainResult) -> str:
+        metric = self.task.primary_metric
+        test = r.test_metrics.get(metric, math.nan)
+        if math.isnan(test) and not r.val_metrics:
+            return f"{self.epoch} epochs, {self.global_step} steps in {r.seconds:.1f} s"
 
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        def fmt(v: float) -> str:
+            return f"{100 * v:.2f}%" if metric == "acc" else f"{v:.4f}"
+
+        name = "accuracy" if metric == "acc" else metric
+        text = f"final test {name} {fmt(test)}" if not math.isnan(test) else "no test split"
+        best = self._best_row()
+        if best is not None:
+            text += f" (best {self.eval_split} {fmt(self._score(best))} at epoch {best['epoch']})"
+        text += f"; {self.epoch} epochs, {self.global_step} steps in {r.seconds:.1f} s"
+        if self.out_dir is not None:
+            text += f"; model and logs in {self.out_dir}"
+        return text
 
 
 def train(
@@ -729,6 +1382,10 @@ def train(
     out_dir: str | os.PathLike | None = None,
     augment: Augment | None = None,
     resume: bool = False,
+    *,
+    val_set: Any = None,
+    task: Task | None = None,
+    callbacks: Sequence[Any] = (),
     **config: Any,
 ) -> TrainResult:
     """One call: ``train(model, train, test, out_dir="runs/x", epochs=50, lr=2e-3)``;
@@ -739,5 +1396,15 @@ def train(
         raise ValueError(
             f"{unknown[0]!r} is not a TrainConfig field; valid fields: {', '.join(sorted(names))}"
         )
-    trainer = Trainer(model, train_set, test_set, TrainConfig(**config), out_dir, augment)
+    trainer = Trainer(
+        model,
+        train_set,
+        test_set,
+        TrainConfig(**config),
+        out_dir,
+        augment,
+        val_set=val_set,
+        task=task,
+        callbacks=callbacks,
+    )
     return trainer.fit(resume=resume)
