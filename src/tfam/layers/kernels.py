@@ -277,7 +277,7 @@ class SDPAKernel(AttentionKernel):
 class AutoOptions:
     # Key length from which `sdpa` runs instead of `math` (both exact). Measured on CPU with
     # benchmarks/bench_attention.py; above it math's O(L^2) scores also cost more memory.
-    crossover: int = 128
+    crossover: int = 64
 
 
 class AutoKernel(AttentionKernel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from tfam.config import BaseConfig, check_attention
+from tfam.fileio import atomic_write_bytes
 from tfam.layers.attention import MultiHeadAttention
 
 CONFIG_NAME = "config.json"
@@ -72,27 +74,83 @@ class TfamModel(nn.Module):
         """Hook for loading weights saved under another config (e.g. another image size)."""
         return state
 
+    def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
+        """Random inputs of the right shape for ``forward`` (contract tests, explain, bench)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define example_inputs")
+
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory``."""
-        from safetensors.torch import save_file
+        """Write ``config.json`` and ``model.safetensors`` into ``directory``, each atomically
+        (temp file, fsync, rename). The weights carry a SHA-256 of their tensors, checked by
+        :func:`from_pretrained`."""
+        from safetensors.torch import save
 
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        tmp = directory / (WEIGHTS_NAME + ".tmp")
-        save_file(state, str(tmp), metadata={"format": "pt", "family": self.config.family})
-        tmp.replace(directory / WEIGHTS_NAME)
-        (directory / CONFIG_NAME).write_text(self.config.to_json() + "\n")
+        metadata = {
+            "format": "pt",
+            "family": self.config.family,
+            "tfam_sha256": tensors_sha256(state),
+        }
+        atomic_write_bytes(directory / WEIGHTS_NAME, save(state, metadata=metadata))
+        atomic_write_bytes(directory / CONFIG_NAME, (self.config.to_json() + "\n").encode())
         return directory
+
+
+def tensors_sha256(state: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over names, dtypes, shapes and bytes of a state dict, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().contiguous().cpu()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _read_config(path: Path) -> BaseConfig:
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"{path} is not valid JSON ({err}); it should hold a model config"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(data).__name__}, not an object of config fields"
+        )
+    try:
+        return BaseConfig.from_dict(data)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def _read_weights(path: Path, map_location: str) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+        state = load_file(str(path), device="cpu")
+    except Exception as err:  # safetensors raises its own error types for damaged files
+        raise ValueError(
+            f"{path} cannot be read as safetensors ({type(err).__name__}: {err}); the file is "
+            "damaged or truncated: save the model again or restore it from a copy"
+        ) from None
+    expected = metadata.get("tfam_sha256")
+    if expected is not None and tensors_sha256(state) != expected:
+        raise ValueError(
+            f"{path} fails its checksum: the weights changed on disk after they were saved "
+            "(a damaged file); save the model again or restore it from a copy"
+        )
+    return {k: v.to(map_location) for k, v in state.items()} if map_location != "cpu" else state
 
 
 def from_pretrained(
     directory: str | Path, map_location: str = "cpu", **overrides: Any
 ) -> TfamModel:
-    """Load a model written by ``save_pretrained``. Config fields may be overridden
-    (e.g. ``image_size=384`` resamples the learned position table, ``attention='math'``)."""
-    from safetensors.torch import load_file
-
+    """Load a model written by ``save_pretrained``; the weights' checksum is verified. Config
+    fields may be overridden (e.g. ``image_size=384`` resamples the learned position table,
+    ``attention='math'``)."""
     directory = Path(directory)
     config_path = directory / CONFIG_NAME
     weights_path = directory / WEIGHTS_NAME
@@ -102,9 +160,13 @@ def from_pretrained(
                 f"{path} not found: a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME} "
                 "(written by model.save_pretrained or `tfam train`)"
             )
-    saved = BaseConfig.from_dict(json.loads(config_path.read_text()))
+    saved = _read_config(config_path)
     config = saved.replace(**overrides) if overrides else saved
     model = MODEL_CLASSES[config.family](config)
-    state = model.adapt_state_dict(load_file(str(weights_path), device=map_location), saved)
-    model.load_state_dict(state)
-    return model.eval()
+    state = model.adapt_state_dict(_read_weights(weights_path, map_location), saved)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        detail = " ".join(str(err).split())
+        raise ValueError(f"{config_path} disagrees with {weights_path}: {detail[:400]}") from None
+    return model.to(map_location).eval()

@@ -229,6 +229,11 @@ class ViT(TfamModel):
         tokens, _ = self.encoder(self.embed(x), last_queries=1)
         return self.forward_head(self.norm(tokens))
 
+    def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
+        """Random images (B, C, H, W) at the configured size."""
+        c = self.config
+        return (torch.randn(batch_size, c.in_channels, *c.image_size),)
+
     def adapt_state_dict(self, state: dict[str, Tensor], saved: BaseConfig) -> dict[str, Tensor]:
         """Resample a saved position table to this model's patch grid."""
         pos = state.get("pos_embed")
