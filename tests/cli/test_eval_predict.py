@@ -1,5 +1,5 @@
 """`tfam eval` and `tfam predict` through the real entry point (tfam.cli.main), plus the metrics
-(tfam.evaluation) and image preprocessing (tfam.preprocess) they stand on.
+(tfam.training.evaluation) and image preprocessing (tfam.data.preprocess) they stand on.
 
 The run directory is built here, not by `tfam train`: a tiny ViT trained for a few steps on the
 digits, saved with save_pretrained, and a preprocess.json written by hand.
@@ -19,8 +19,14 @@ from PIL import Image, ImageDraw
 import tfam
 import tfam.cli
 from tfam.data import load_dataset
-from tfam.evaluation import EvalResult, confusion_matrix, evaluate
-from tfam.preprocess import Preprocess, border_is_bright, load_image, load_input, load_preprocess
+from tfam.data.preprocess import (
+    Preprocess,
+    border_is_bright,
+    load_image,
+    load_input,
+    load_preprocess,
+)
+from tfam.training.evaluation import EvalResult, confusion_matrix, evaluate
 
 TINY = dict(image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=32, depth=2, heads=2)
 

@@ -14,9 +14,10 @@ import sys
 COMMAND_MODULES = ["list", "explain", "train", "eval", "predict", "viz", "convert"]
 
 EPILOG = """examples:
-  tfam list vit*                                   presets with their sizes
+  tfam list 'vit*'                                 presets with their sizes
   tfam explain vit_base_patch16_224                step-by-step shapes, parameters, FLOPs
   tfam train vit --data digits --out runs/digits   train a ViT on real images
+  tfam train vit --data photos/ --set patch_size=4  ... or on your own image folder
   tfam eval runs/digits                            accuracy, per-class table, confusion matrix
   tfam viz attention runs/digits digit.png --out attention.png
 """
@@ -47,11 +48,20 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for relaunching (--nproc)
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as err:
-        # Bad input is the user's to fix: say what is wrong, without a traceback.
-        print(f"tfam: error: {err}", file=sys.stderr)
+        # Bad input is the user's to fix: say what is wrong, without a traceback. The
+        # trainer's errors (non-finite loss, a locked run, a failed save) are ValueErrors too.
+        print(f"tfam: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.filename is None:
+            raise
+        # A file the system refused (permission, disk full, a file where a folder belongs).
+        reason = err.strerror or type(err).__name__
+        print(f"tfam: error: {err.filename}: {reason}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # `tfam explain ... | head`: the reader left; that is not an error.
@@ -60,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tfam: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(err: BaseException) -> str:
+    """The message of ``err`` on one line (the lines of a multi-line message joined)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return " ".join(lines) if lines else type(err).__name__
 
 
 if __name__ == "__main__":

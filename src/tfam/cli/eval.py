@@ -8,9 +8,12 @@ import math
 import os
 from pathlib import Path
 
+from tfam.cli.common import add_device_option, device_from, resolve_model
+
 EPILOG = """examples:
   tfam eval runs/digits                        test split of the dataset it was trained on
   tfam eval runs/digits --split train --out runs/digits/confusion_train.png
+  tfam eval runs/photos --split val --device cuda       a model trained on an image folder
 
 Prints the accuracy and a per-class table, writes the confusion matrix (rows = true class)
 as a PNG (default DIR/confusion.png) and every number into DIR/eval.json.
@@ -36,9 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--split",
-        default="test",
-        choices=("train", "test"),
-        help="split to evaluate (default: test)",
+        default=None,
+        metavar="SPLIT",
+        help="split to evaluate: train, fit, val or test (default: test, or val for an image "
+        "folder)",
     )
     p.add_argument(
         "--out",
@@ -52,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-size", type=int, default=256, help="images per forward pass (default: 256)"
     )
+    add_device_option(p)
     p.set_defaults(func=run)
 
 
@@ -63,32 +68,36 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import tfam
-    from tfam.data import ImageDataset, load_dataset
-    from tfam.evaluation import evaluate
-    from tfam.preprocess import load_preprocess
+    from tfam.data import resolve_data
+    from tfam.data.preprocess import load_preprocess
+    from tfam.training.evaluation import evaluate
     from tfam.viz import plot_confusion
 
+    source = resolve_model(args.dir, what="DIR", kinds=("dir",))
     run_dir = Path(args.dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run directory {str(run_dir)!r} not found")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} is invalid: expected an int >= 1")
+    device = device_from(args)
     pre = load_preprocess(run_dir)
-    model = tfam.from_pretrained(run_dir)
+    model = source.load(device)
     pre.check_model(model)
     name = args.data or pre.dataset
     if not name:
+        raise ValueError("preprocess.json names no dataset: pass --data NAME_OR_DIR")
+    entry = resolve_data(name)
+    split = args.split or entry.test_split or entry.val_split
+    if split not in entry.splits:
         raise ValueError(
-            "preprocess.json names no dataset: pass --data NAME (digits, fashion-mnist)"
+            f"--split {split!r} is invalid for {entry.name}: expected one of "
+            f"{', '.join(entry.splits)}"
         )
-    data = load_dataset(name, args.split, root=args.root)
+    data = entry.load(split, root=args.root)
+    size = data.image_size if isinstance(data.image_size, tuple) else (data.image_size,) * 2
     if data.in_channels != pre.in_channels or len(data.classes) != len(pre.classes):
         raise ValueError(
             f"--data {name}: {data.in_channels}-channel images in {len(data.classes)} classes, but "
             f"the model takes {pre.in_channels}-channel images in {len(pre.classes)} classes"
         )
-    size = data.images.shape[-2:]
     if tuple(size) != tuple(pre.image_size):
         raise ValueError(
             f"--data {name}: images are {size[0]}x{size[1]}, the model takes "
@@ -96,19 +105,10 @@ def run(args: argparse.Namespace) -> int:
         )
     # Normalise exactly as the model was trained (preprocess.json), not with whatever
     # statistics the dataset object would compute for itself.
-    data = ImageDataset(
-        data.images,
-        data.labels,
-        data.classes,
-        mean=pre.mean,
-        std=pre.std,
-        pixel_scale=pre.pixel_scale,
-        name=data.name,
-        split=args.split,
-    )
-    result = evaluate(model, data, batch_size=args.batch_size, classes=pre.classes)
+    data = data.with_stats(pre.mean, pre.std)
+    result = evaluate(model, data, batch_size=args.batch_size, classes=pre.classes, device=device)
 
-    print(f"model {run_dir} on {name} {args.split}: {result.num_examples} images")
+    print(f"model {run_dir} on {name} {split}: {result.num_examples} images")
     print(f"accuracy: {100 * result.accuracy:.2f}% ({result.correct}/{result.num_examples})")
     print(f"loss: {result.loss:.4f}")
     print()
@@ -135,9 +135,9 @@ def run(args: argparse.Namespace) -> int:
         result.confusion,
         result.classes,
         out,
-        title=f"Confusion matrix: {run_dir.name}, {name} {args.split}",
+        title=f"Confusion matrix: {run_dir.name}, {name} {split}",
     )
-    numbers = {"model_dir": str(run_dir), "dataset": name, "split": args.split, **result.to_dict()}
+    numbers = {"model_dir": str(run_dir), "dataset": name, "split": split, **result.to_dict()}
     numbers["confusion_png"] = str(out)
     _write_json(run_dir / "eval.json", numbers)
     print()

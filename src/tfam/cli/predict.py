@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tfam.cli.common import add_device_option, device_from, resolve_model
+
 EPILOG = """examples:
   tfam predict runs/digits my_digit.png                 top 5 classes with probabilities
   tfam predict runs/digits a.png b.jpg --top-k 3
   tfam predict runs/digits test:0 test:1                samples of the run's dataset
+  tfam predict runs/photos val:0 cat.jpg --device cuda  a model trained on an image folder
 
 Images are converted as the model needs (grayscale/RGB, resized, scaled as in training).
 For digits-like data (one channel, light on dark), an image with a bright border (ink on
@@ -56,27 +59,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--top-k", type=int, default=5, help="classes to list per image (default: 5)")
     add_image_options(p)
+    add_device_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    import tfam
-    from tfam.preprocess import load_input, load_preprocess
+    from tfam.data.preprocess import load_input, load_preprocess
 
     if args.top_k < 1:
         raise ValueError(f"--top-k {args.top_k} is invalid: expected an int >= 1")
-    run_dir = Path(args.dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run directory {str(run_dir)!r} not found")
-    pre = load_preprocess(run_dir)
+    source = resolve_model(args.dir, what="DIR", kinds=("dir",))
+    device = device_from(args)
+    pre = load_preprocess(Path(args.dir))
     # Read every image before any output: a bad file fails the command up front.
     inputs = [load_input(spec, pre, **image_options(args)) for spec in args.images]
-    model = tfam.from_pretrained(run_dir)
+    model = source.load(device)
     pre.check_model(model)
     with torch.inference_mode():
-        probs = model(torch.stack([i.tensor for i in inputs])).float().softmax(dim=-1)
+        x = torch.stack([i.tensor for i in inputs]).to(device)
+        probs = model(x).float().softmax(dim=-1).cpu()
     k = min(args.top_k, probs.shape[-1])
     values, indices = probs.topk(k, dim=-1)  # sorted, largest first
     width = max(len(c) for c in pre.classes)

@@ -1,94 +1,115 @@
-"""`tfam train vit --data digits|fashion-mnist`: train an image classifier into a run directory."""
+"""`tfam train MODEL --data NAME_OR_DIR`: train a model into a run directory.
+
+The training options are the fields of :class:`tfam.training.TrainConfig` (name, type, default
+and help from the dataclass: one source of truth, validated there); datasets, their recipes and
+augmentation come from the catalog (:mod:`tfam.data.catalog`), families from the model
+registry. Nothing here names a family or a dataset.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
-# Per-dataset defaults: the model preset, extra model fields, and the training settings.
-# Measured on the shared 2-core CPU: digits 99.44% final in 99 s; Fashion-MNIST
-# 91.65% in 34.4 min (24 epochs; with a learned position table instead of sine-cosine, 89.83% in
-# 40.1 min), init_std chosen from 400-step probes (0.02: 69.5%, 0.05: 70.7%, 0.1: 67.3%).
-DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "digits": {
-        "preset": "vit_digits",
-        "model": {},  # init_std=0.1, drop_path=0.1, attention=math live in the vit_digits preset
-        "epochs": 150,
-        "batch_size": 128,
-        "lr": 2e-3,
-        "min_lr": 1e-5,
-        "weight_decay": 0.05,
-        "warmup_epochs": 5.0,
-        "label_smoothing": 0.1,
-        "clip_grad": 1.0,
-        # Matmuls this small gain ~1.4x from a second thread on an idle machine but run ~2.5x
-        # slower when another process holds the other core (measured, 2-core CPU).
-        "threads": 1,
-    },
-    "fashion-mnist": {
-        "preset": "vit_fashion_mnist",
-        "model": {},  # ffn_dim, pool and init_std live in the vit_fashion_mnist preset
-        "epochs": 24,
-        "batch_size": 128,
-        "lr": 2e-3,
-        "min_lr": 1e-5,
-        "weight_decay": 0.05,
-        "warmup_epochs": 1.0,
-        "label_smoothing": 0.1,
-        "clip_grad": 1.0,
-    },
-}
-
-# Options whose value, when not given, comes from the run being resumed, else the dataset.
-_TRAIN_OPTIONS = (
-    "epochs",
-    "batch_size",
-    "lr",
-    "min_lr",
-    "weight_decay",
-    "warmup_epochs",
-    "label_smoothing",
-    "clip_grad",
-    "accum_steps",
-    "seed",
-    "save_every",
-    "eval_batch_size",
+from tfam.cli.common import (
+    add_dataclass_options,
+    check_threads,
+    field_option,
+    option_error,
+    parse_sets,
+    resolve_model,
 )
-_OTHER_DEFAULTS = {"accum_steps": 1, "seed": 0, "save_every": 0, "eval_batch_size": 1000}
+
+# TrainConfig fields a resumed run does not take from the saved run: they say how this
+# invocation stops, talks or where it computes, not what it computes.
+PER_INVOCATION = frozenset({"max_steps", "quiet", "progress", "device"})
+
+# Settings of the command line itself (not TrainConfig fields) that a resumed run keeps.
+_RUN_SETTINGS = ("preset", "data_root", "pad", "flip", "no_augment", "threads")
 
 
-def _defaults_table() -> str:
-    from tfam.data import default_augment
+def _train_config_class() -> type:
+    from tfam.training import TrainConfig
+
+    return TrainConfig
+
+
+def _recipes() -> dict[str, dict[str, Any]]:
+    """Per dataset: its recipe as option values (preset, TrainConfig fields, threads)."""
+    from tfam.data import get_dataset, list_datasets
+
+    table = {}
+    for name in list_datasets():
+        recipe = get_dataset(name).recipe
+        values: dict[str, Any] = {"preset": recipe.preset, **recipe.train}
+        if recipe.threads is not None:
+            values["threads"] = recipe.threads
+        table[name] = values
+    return table
+
+
+# Derived from the catalog for readers of this module; the catalog is the source.
+DATASET_DEFAULTS = _recipes()
+
+
+def _option_text(name: str, value: Any) -> str:
+    option = field_option(name)
+    if isinstance(value, bool):
+        return option if value else f"--no-{option[2:]}"
+    if isinstance(value, float):
+        return f"{option} {value:g}"
+    return f"{option} {value}"
+
+
+def _recipes_text() -> str:
+    from tfam.data import get_dataset, list_datasets
 
     lines = []
-    for name, d in DATASET_DEFAULTS.items():
-        aug = default_augment(name)
-        model = " ".join(f"--set {k}={v}" for k, v in d["model"].items())
-        lines += [
-            f"  {name}:",
-            f"    --preset {d['preset']} {model}".rstrip(),
-            f"    --epochs {d['epochs']} --batch-size {d['batch_size']} --lr {d['lr']:g} "
-            f"--min-lr {d['min_lr']:g} --weight-decay {d['weight_decay']:g}",
-            f"    --warmup-epochs {d['warmup_epochs']:g} --label-smoothing "
-            f"{d['label_smoothing']:g} --clip-grad {d['clip_grad']:g}",
-            f"    --pad {aug.padding} {'--flip' if aug.flip else '--no-flip'}"
-            + (f" --threads {d['threads']}" if "threads" in d else ""),
-        ]
+    for name in list_datasets():
+        entry = get_dataset(name)
+        recipe = entry.recipe
+        opts = [_option_text("preset", recipe.preset)] if recipe.preset else []
+        opts += [f"--set {k}={json.dumps(v)}" for k, v in recipe.model.items()]
+        opts += [_option_text(k, v) for k, v in recipe.train.items()]
+        pad, flip = entry.augment
+        opts += [f"--pad {pad}", "--flip" if flip else "--no-flip"]
+        if recipe.threads is not None:
+            opts.append(f"--threads {recipe.threads}")
+        lines.append(f"  {name}:")
+        line = "   "
+        for opt in opts:
+            if len(line) + len(opt) > 92:
+                lines.append(line)
+                line = "   "
+            line += " " + opt
+        lines.append(line)
     return "\n".join(lines)
 
 
-EPILOG = f"""examples:
-  tfam train vit --data digits                                  ~98% test accuracy in minutes
+EPILOG_HEAD = """examples:
+  tfam train vit --data digits                                  ~99% test accuracy in minutes
   tfam train vit --data digits --out runs/d2 --set dim=32 --set depth=2 --epochs 20
   tfam train vit --data fashion-mnist --out runs/fmnist         ~91.6% in about 35 min on 2 cores
   tfam train vit --data fashion-mnist --max-steps 20 --out /tmp/smoke   quick smoke run
+  tfam train vit --data photos/ --preset vit_digits --set image_size=32 --out runs/photos
+      your own images: one sub-folder per class (PNG/JPEG)
   tfam train vit --data digits --out runs/digits --resume       continue a stopped run exactly
+  tfam train vit --data digits --out runs/digits --resume --epochs 200   extend a finished run
 
 defaults per dataset (any option given on the command line wins):
-{_defaults_table()}
+"""
+
+EPILOG_TAIL = """
+--data is a dataset name or an image folder (one sub-folder per class, PNG/JPEG, any size:
+resized to the first image's size). Training uses the dataset's "fit" split; the "val" split (a
+fixed, seeded, class-stratified holdout of train) chooses the best epoch; the test split, where
+the dataset has one, is reported at the end.
 
 The run directory OUT gets config.json + model.safetensors (the final model, loadable with
 tfam.from_pretrained), preprocess.json, metrics.csv (one row per epoch), curves.png,
@@ -103,19 +124,47 @@ micro-batches (same result, less memory). The learning rate warms up linearly fo
 """
 
 
+def _trainable_families(task: str | None = None) -> list[str]:
+    """Families whose config has every field the task's data fixes (image_size, ...)."""
+    from tfam.config import config_class
+    from tfam.data import TASK_FACTS
+    from tfam.models import MODEL_CLASSES
+
+    tasks = [task] if task else list(TASK_FACTS)
+    out = []
+    for family in sorted(MODEL_CLASSES):
+        names = {f.name for f in dataclasses.fields(config_class(family))}
+        if any(set(TASK_FACTS[t]) <= names for t in tasks):
+            out.append(family)
+    return out
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from tfam.data import list_datasets
+
+    datasets = ", ".join(list_datasets())
     p = subparsers.add_parser(
         "train",
-        help="train an image classifier (ViT) on digits or Fashion-MNIST",
+        help=f"train a model on a dataset ({datasets}) or your image folder",
         description=(
-            "Train a Vision Transformer on a dataset that works offline, with AdamW, warmup + "
-            "cosine schedule, augmentation, per-epoch evaluation, and exact kill/resume."
+            "Train a model on a dataset that works offline or on your own image folder, with "
+            "AdamW, warmup + cosine schedule, augmentation, per-epoch validation, and exact "
+            "kill/resume."
         ),
-        epilog=EPILOG,
+        epilog=EPILOG_HEAD + _recipes_text() + "\n" + EPILOG_TAIL,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("family", metavar="MODEL", help="model family to train: vit")
-    p.add_argument("--data", required=True, metavar="NAME", help="dataset: digits or fashion-mnist")
+    p.add_argument(
+        "family",
+        metavar="MODEL",
+        help=f"model family to train: {', '.join(_trainable_families())}",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="NAME_OR_DIR",
+        help=f"dataset: {datasets}, or an image folder (one sub-folder per class)",
+    )
     p.add_argument(
         "--data-root", metavar="DIR", default=None, help="where to look first for dataset files"
     )
@@ -123,7 +172,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--preset",
         metavar="NAME",
         default=None,
-        help="model preset (default per dataset: vit_digits, vit_fashion_mnist; see `tfam list`)",
+        help="model preset (default: the dataset's, see below; see `tfam list`)",
     )
     p.add_argument(
         "--set",
@@ -133,290 +182,276 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="override a model config field, repeatable: --set dim=64 --set depth=4",
     )
-    g = p.add_argument_group("training (defaults per dataset, see below)")
-    g.add_argument(
-        "--epochs", type=int, metavar="N", default=None, help="epochs over the training split"
-    )
-    g.add_argument(
-        "--batch-size", type=int, metavar="N", default=None, help="images per optimiser step"
-    )
-    g.add_argument(
-        "--lr", type=float, metavar="LR", default=None, help="peak learning rate (AdamW)"
-    )
-    g.add_argument(
-        "--min-lr", type=float, metavar="LR", default=None, help="learning rate at the last step"
-    )
-    g.add_argument(
-        "--weight-decay", type=float, metavar="WD", default=None, help="decoupled weight decay"
-    )
-    g.add_argument(
-        "--warmup-epochs", type=float, metavar="E", default=None, help="linear warmup length"
-    )
-    g.add_argument(
-        "--label-smoothing", type=float, metavar="EPS", default=None, help="e.g. 0.1; 0 disables"
-    )
-    g.add_argument(
-        "--clip-grad", type=float, metavar="NORM", default=None, help="max grad norm; 0 disables"
-    )
-    g.add_argument(
-        "--accum-steps", type=int, metavar="K", default=None, help="micro-batches per step (1)"
-    )
-    g.add_argument("--bf16", action="store_true", default=None, help="bfloat16 autocast")
-    g.add_argument(
+    g = p.add_argument_group("training (TrainConfig fields; defaults per dataset, see below)")
+    add_dataclass_options(g, _train_config_class())
+    a = p.add_argument_group("augmentation (defaults per dataset, see below)")
+    a.add_argument(
         "--no-augment",
         action="store_true",
         default=None,
         help="no augmentation (= --pad 0 --no-flip)",
     )
-    g.add_argument(
+    a.add_argument(
         "--pad",
         type=int,
         metavar="PX",
         default=None,
-        help="random crop after padding by PX pixels per side; 0 = no crop (default per dataset)",
+        help="random crop after padding by PX pixels per side, at most half the image side; "
+        "0 = no crop",
     )
-    g.add_argument(
+    a.add_argument(
         "--flip",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="random horizontal flips (default per dataset)",
-    )
-    g.add_argument(
-        "--seed", type=int, metavar="N", default=None, help="seed of init, order, augmentation (0)"
-    )
-    g.add_argument(
-        "--eval-batch-size",
-        type=int,
-        default=None,
-        metavar="N",
-        help="images per evaluation pass (1000)",
+        help="random horizontal flips",
     )
     r = p.add_argument_group("run")
     r.add_argument(
         "--out", metavar="DIR", default=None, help="run directory (default: runs/<dataset>)"
     )
-    r.add_argument("--resume", action="store_true", help="continue the run in --out")
-    r.add_argument(
-        "--save-every",
-        type=int,
-        default=None,
-        metavar="N",
-        help="also checkpoint every N optimiser steps (default 0: at epoch ends only)",
-    )
-    r.add_argument(
-        "--max-steps",
-        type=int,
-        default=None,
-        metavar="N",
-        help="stop after N optimiser steps (smoke runs; the schedule still spans --epochs)",
-    )
+    r.add_argument("--resume", action="store_true", help="continue (or extend) the run in --out")
     r.add_argument(
         "--threads",
         type=int,
         metavar="N",
         default=None,
-        help="torch CPU threads (default: per dataset, see below; else torch's choice)",
+        help="torch CPU threads, 1..4 per core (default: per dataset; else torch's choice)",
     )
-    r.add_argument("--quiet", action="store_true", help="no progress bar, no per-epoch lines")
+    r.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        default=None,
+        help="run N processes with DDP through torchrun (same as torchrun --nproc_per_node N "
+        "-m tfam train ...)",
+    )
     p.set_defaults(func=run)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"dim=64"`` -> ("dim", 64). Values are read as JSON (numbers, true/false, null,
-    [lists]), anything else as a string: ``pool=mean`` -> "mean"."""
-    key, sep, raw = text.partition("=")
-    key = key.strip().replace("-", "_")
-    if not sep or not key:
-        raise ValueError(f"--set {text!r} is invalid: expected KEY=VALUE, e.g. --set dim=64")
-    raw = raw.strip()
-    lowered = {"true": "true", "false": "false", "none": "null", "null": "null"}.get(raw.lower())
+    """``"dim=64"`` -> ("dim", 64): the one ``--set`` parser (:func:`tfam.cli.common.parse_set`)."""
+    from tfam.cli.common import parse_set
+
+    return parse_set(text)
+
+
+def _check_family(family: str, entry: Any) -> None:
+    valid = _trainable_families(entry.task)
+    if family not in valid:
+        raise ValueError(f"MODEL {family!r} is invalid: expected one of {', '.join(valid)}")
+
+
+def _resolve_data(spec: str) -> Any:
+    from tfam.data import list_datasets, resolve_data
+
     try:
-        value = json.loads(lowered if lowered else raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key, value
-
-
-def _check_choice(option: str, value: str, choices: list[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{option} {value!r} is invalid: expected one of {', '.join(choices)}")
-
-
-def _resolve(args: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str, Any]:
-    """Every setting of the run: the command line, else the resumed run's, else the defaults."""
-    from tfam.data import DATASETS
-
-    data = str(args.data).strip().lower().replace("_", "-")
-    if data not in DATASETS:
-        _check_choice("--data", args.data, list(DATASETS))
-    if saved is not None:
-        for key, given in (("family", args.family), ("data", data)):
-            if saved.get(key) not in (None, given):
-                raise ValueError(
-                    f"cannot resume: {args.out} holds a {key}={saved[key]!r} run, this command "
-                    f"asks for {key}={given!r}"
-                )
-    defaults = DATASET_DEFAULTS[data]
-    settings: dict[str, Any] = {"family": args.family, "data": data}
-
-    def pick(name: str, fallback: Any) -> Any:
-        given = getattr(args, name)
-        if given is not None:
-            return given
-        if saved is not None and name in saved:
-            return saved[name]
-        return fallback
-
-    settings["preset"] = pick("preset", defaults["preset"])
-    for name in _TRAIN_OPTIONS:
-        settings[name] = pick(name, defaults.get(name, _OTHER_DEFAULTS.get(name)))
-    if args.warmup_epochs is None and (saved is None or "warmup_epochs" not in saved):
-        # The dataset's warmup is meant for its default length; a short run warms up for a
-        # tenth of its epochs at most, so it still gets its cosine decay.
-        settings["warmup_epochs"] = min(defaults["warmup_epochs"], settings["epochs"] / 10)
-    settings["bf16"] = bool(pick("bf16", False))
-    settings["no_augment"] = bool(pick("no_augment", False))
-    settings["pad"] = pick("pad", None)  # None: the dataset's default (tfam.data.default_augment)
-    settings["flip"] = pick("flip", None)
-    if args.overrides is not None:
-        settings["overrides"] = dict(parse_override(o) for o in args.overrides)
-    else:
-        settings["overrides"] = dict(saved.get("overrides", {})) if saved else {}
-    settings["data_root"] = pick("data_root", None)
-    # The thread count changes how float sums are split, so a resumed run keeps it.
-    settings["threads"] = pick("threads", defaults.get("threads"))
-    for name in ("epochs", "batch_size", "accum_steps", "eval_batch_size"):
-        v = settings[name]
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"--{name.replace('_', '-')} {v!r} is invalid: expected an int >= 1")
-    for name in ("save_every", "seed"):
-        if settings[name] < 0:
+        return resolve_data(spec)
+    except ValueError as err:
+        if str(err).startswith("unknown dataset"):
             raise ValueError(
-                f"--{name.replace('_', '-')} {settings[name]!r} is invalid: expected >= 0"
-            )
-    if args.max_steps is not None and args.max_steps < 1:
-        raise ValueError(f"--max-steps {args.max_steps!r} is invalid: expected an int >= 1")
-    if settings["pad"] is not None and settings["pad"] < 0:
-        raise ValueError(f"--pad {settings['pad']!r} is invalid: expected pixels >= 0")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads {args.threads!r} is invalid: expected an int >= 1")
+                f"--data {spec!r} is invalid: expected one of {', '.join(list_datasets())}, or "
+                "an image folder (a directory with one sub-folder of images per class)"
+            ) from None
+        raise
+
+
+def _train_values(
+    args: argparse.Namespace, saved: dict[str, Any] | None, entry: Any
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """TrainConfig values: the command line, else the resumed run's, else the dataset's recipe
+    (else the dataclass default, by leaving the field out); and where each value came from."""
+    cls = _train_config_class()
+    saved_train = (saved or {}).get("train_config") or {}
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        if hasattr(args, f.name):  # given on the command line (None included: `--x none`)
+            values[f.name] = getattr(args, f.name)
+        elif f.name in saved_train and f.name not in PER_INVOCATION:
+            values[f.name] = saved_train[f.name]
+            sources[f.name] = f"the resumed run ({args.out}/train_args.json)"
+        elif f.name in entry.recipe.train:
+            values[f.name] = entry.recipe.train[f.name]
+            sources[f.name] = f"the {entry.name} recipe"
+    recipe_warmup = entry.recipe.train.get("warmup_epochs")
+    if sources.get("warmup_epochs", "").endswith("recipe") and "epochs" in values:
+        # The recipe's warmup is meant for its own length; a shorter run warms up for a tenth
+        # of its epochs at most, so it still gets its cosine decay.
+        values["warmup_epochs"] = min(recipe_warmup, values["epochs"] / 10)
+    return values, sources
+
+
+def _settings(args: argparse.Namespace, saved: dict[str, Any] | None, entry: Any) -> dict[str, Any]:
+    """The command line's own settings (preset, augmentation, threads, --set), else the
+    resumed run's."""
+    settings: dict[str, Any] = {}
+    for name in _RUN_SETTINGS:
+        given = getattr(args, name)
+        settings[name] = given if given is not None else (saved or {}).get(name)
+    if args.overrides is not None:
+        settings["overrides"] = parse_sets(args.overrides)
+    else:
+        settings["overrides"] = dict((saved or {}).get("overrides") or {})
+    if settings["threads"] is None:
+        settings["threads"] = entry.recipe.threads
     return settings
 
 
-def _model_values(settings: dict[str, Any], info: Any) -> dict[str, Any]:
-    """Config fields for create_model: dataset facts, dataset defaults, then --set."""
+def _preset(settings: dict[str, Any], family: str, entry: Any) -> str:
+    """The model to build: --preset (checked), else the recipe's preset when it is of this
+    family, else the family's own defaults."""
     from tfam.models import PRESETS
 
-    preset = settings["preset"]
-    if preset not in PRESETS:
-        family_presets = [n for n, p in PRESETS.items() if p.family == settings["family"]]
-        raise ValueError(
-            f"--preset {preset!r} is invalid: expected one of {', '.join(sorted(family_presets))}"
-        )
-    if PRESETS[preset].family != settings["family"]:
-        raise ValueError(
-            f"--preset {preset!r} is a {PRESETS[preset].family!r} model, but MODEL is "
-            f"{settings['family']!r}"
-        )
-    facts = {
-        "image_size": info.image_size,
-        "in_channels": info.in_channels,
-        "num_classes": info.num_classes,
-    }
+    if settings["preset"] is not None:
+        source = resolve_model(settings["preset"], what="--preset", kinds=("preset",))
+        if source.family != family:
+            raise ValueError(
+                f"--preset {source.name!r} is a {source.family!r} model, but MODEL is {family!r}"
+            )
+        return source.name
+    recipe = entry.recipe.preset
+    if recipe in PRESETS and PRESETS[recipe].family == family:
+        return recipe
+    return family
+
+
+def _model_values(settings: dict[str, Any], entry: Any, preset: str) -> dict[str, Any]:
+    """Config fields for create_model: the recipe's extras, the data's facts, then --set."""
+    from tfam.data import TASK_FACTS
+
+    facts = {k: getattr(entry.info, k) for k in TASK_FACTS[entry.task]}
     overrides = settings["overrides"]
     for key, fact in facts.items():
-        if key in overrides and overrides[key] not in (fact, [fact, fact]):
+        if key in overrides and overrides[key] not in (fact, [fact, fact], (fact, fact)):
+            shown = entry.name if not entry.is_folder else entry.info.name
             raise ValueError(
-                f"--set {key}={overrides[key]!r} is invalid for --data {settings['data']}: "
-                f"its images need {key}={fact!r}"
+                f"--set {key}={overrides[key]!r} is invalid for --data {shown}: its images need "
+                f"{key}={fact!r}"
             )
-    dataset_model = DATASET_DEFAULTS[settings["data"]]["model"]
-    model_defaults = dataset_model if preset == DATASET_DEFAULTS[settings["data"]]["preset"] else {}
-    return {**model_defaults, **facts, **overrides}
+    recipe_model = dict(entry.recipe.model) if preset == entry.recipe.preset else {}
+    return {**recipe_model, **facts, **overrides}
 
 
-def _train_config(settings: dict[str, Any], args: argparse.Namespace) -> Any:
-    from tfam.training import TrainConfig
+def _strip_nproc(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--nproc":
+            skip = True
+        elif not item.startswith("--nproc="):
+            out.append(item)
+    return out
 
-    return TrainConfig(
-        epochs=settings["epochs"],
-        batch_size=settings["batch_size"],
-        lr=settings["lr"],
-        min_lr=min(settings["min_lr"], settings["lr"]),
-        weight_decay=settings["weight_decay"],
-        warmup_epochs=settings["warmup_epochs"],
-        label_smoothing=settings["label_smoothing"],
-        clip_grad=settings["clip_grad"] or None,
-        accum_steps=settings["accum_steps"],
-        bf16=settings["bf16"],
-        seed=settings["seed"],
-        save_every=settings["save_every"],
-        eval_batch_size=settings["eval_batch_size"],
-        max_steps=args.max_steps,
-        quiet=args.quiet,
-        progress=False if args.quiet else None,
-    )
+
+def _accepts(fn: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     import tfam
-    from tfam.data import dataset_info, default_augment, load_dataset
+    import tfam.data
     from tfam.training import Trainer
 
-    _check_choice("MODEL", args.family, ["vit"])
-    canonical = str(args.data).strip().lower().replace("_", "-")
-    out = Path(args.out) if args.out else Path("runs") / canonical
+    if args.nproc is not None:
+        if args.nproc < 1:
+            raise ValueError(f"--nproc {args.nproc!r} is invalid: expected an int >= 1")
+        if args.nproc > 1:
+            from tfam.training.distributed import launch
+
+            argv = list(getattr(args, "argv", None) or sys.argv[1:])
+            return launch(args.nproc, _strip_nproc(argv))
+
+    entry = _resolve_data(args.data)
+    _check_family(args.family, entry)
+    default_out = Path(entry.name).name if entry.is_folder else entry.name
+    out = Path(args.out) if args.out else Path("runs") / default_out
     args.out = str(out)
     saved = None
     if args.resume and (out / "train_args.json").is_file():
-        saved = json.loads((out / "train_args.json").read_text())
-    settings = _resolve(args, saved)
+        try:
+            saved = json.loads((out / "train_args.json").read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{out / 'train_args.json'} is not valid JSON: {err}") from None
+        if not isinstance(saved, dict):
+            raise ValueError(f"{out / 'train_args.json'} must hold a JSON object")
+        for key, given in (("family", args.family), ("data", entry.name)):
+            if saved.get(key) not in (None, given):
+                raise ValueError(
+                    f"cannot resume: {out} holds a {key}={saved[key]!r} run, this command asks "
+                    f"for {key}={given!r}"
+                )
+    settings = _settings(args, saved, entry)
+    values, sources = _train_values(args, saved, entry)
+    options = {f.name: field_option(f.name) for f in dataclasses.fields(_train_config_class())}
     try:
-        config = _train_config(settings, args)
-    except ValueError as err:
-        # TrainConfig names its field ("lr=-1.0 is invalid ..."); say it as the option.
-        field, sep, rest = str(err).partition("=")
-        raise ValueError(f"--{field.replace('_', '-')} {rest}" if sep else str(err)) from None
+        config = _train_config_class()(**values)
+    except (ValueError, TypeError) as err:
+        raise option_error(err, options, sources) from None
+    if "init" in values and values["init"] is not None:
+        resolve_model(values["init"], what="--init")  # a clear error before any work
     if settings["threads"] is not None:
-        torch.set_num_threads(settings["threads"])
+        torch.set_num_threads(check_threads(settings["threads"]))
 
-    info = dataset_info(settings["data"])
-    values = _model_values(settings, info)
-    torch.manual_seed(settings["seed"])  # model init; the trainer seeds the rest
+    preset = _preset(settings, args.family, entry)
+    model_values = _model_values(settings, entry, preset)
+    torch.manual_seed(config.seed)  # model init; the trainer seeds the rest
     try:
-        model = tfam.create_model(settings["preset"], **values)
+        model = tfam.create_model(preset, **model_values)
     except ValueError as err:
-        raise ValueError(f"model config ({settings['preset']} with --set): {err}") from None
-    train_set = load_dataset(settings["data"], "train", root=settings["data_root"])
-    test_set = load_dataset(settings["data"], "test", root=settings["data_root"])
-    augment = (
-        None
-        if settings["no_augment"]
-        else default_augment(settings["data"], padding=settings["pad"], flip=settings["flip"])
-    )
+        raise ValueError(f"model config ({preset} with --set): {err}") from None
+
+    augment = None
+    if not settings["no_augment"]:
+        try:
+            # Looked up on the module at call time (tests spy on it).
+            augment = tfam.data.default_augment(
+                entry, padding=settings["pad"], flip=settings["flip"]
+            )
+            augment.check_image_size(entry.info.image_size)
+        except ValueError as err:
+            raise option_error(err, {"padding": "--pad", "flip": "--flip"}) from None
+    with_val = _accepts(Trainer.__init__, "val_set") and entry.val_split is not None
+    load = dict(root=settings["data_root"])
+    train_set = entry.load(entry.train_split if with_val else "train", **load)
+    val_set = entry.load(entry.val_split, **load) if with_val else None
+    test_set = entry.load(entry.test_split, **load) if entry.test_split else None
 
     hint = shlex.join(
-        ["tfam", "train", settings["family"], "--data", settings["data"], "--out", str(out)]
-        + ["--resume"]
+        ["tfam", "train", args.family, "--data", args.data, "--out", str(out), "--resume"]
     )
-    if not args.quiet:
+    if not config.quiet:
         params = sum(p.numel() for p in model.parameters())
+        sizes = f"{len(train_set)} train"
+        sizes += f" / {len(val_set)} val" if val_set is not None else ""
+        sizes += f" / {len(test_set)} test" if test_set is not None else ""
         print(
-            f"{settings['preset']} ({params:,} parameters) on {settings['data']}: "
-            f"{len(train_set)} train / {len(test_set)} test images, {config.epochs} epochs of "
-            f"batch {config.batch_size}, lr {config.lr:g}, {torch.get_num_threads()} threads "
-            f"-> {out}",
+            f"{preset} ({params:,} parameters) on {entry.name}: {sizes} images, {config.epochs} "
+            f"epochs of batch {config.batch_size}, lr {config.lr:g}, "
+            f"{torch.get_num_threads()} threads -> {out}",
             flush=True,
         )
     run_args = {
         "command": "train",
+        "family": args.family,
+        "data": entry.name,
         **settings,
-        "max_steps": args.max_steps,
         "model_config": model.config.to_dict(),
-        "title": f"{settings['preset']} on {settings['data']}",
+        "title": f"{preset} on {Path(entry.name).name if entry.is_folder else entry.name}",
     }
+    kwargs: dict[str, Any] = {}
+    if with_val:
+        kwargs["val_set"] = val_set
+    if _accepts(Trainer.__init__, "callbacks"):
+        from tfam.training.callbacks import CurvesCallback
+        from tfam.viz import plot_curves
+
+        kwargs["callbacks"] = [CurvesCallback(plot_curves)]
     trainer = Trainer(
         model,
         train_set,
@@ -426,6 +461,7 @@ def run(args: argparse.Namespace) -> int:
         augment=augment,
         run_args=run_args,
         resume_hint=hint,
+        **kwargs,
     )
     try:
         trainer.fit(resume=args.resume)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tfam.cli.common import add_device_option, device_from, resolve_model
 from tfam.cli.predict import add_image_options, image_options
 
 EPILOG = """examples:
@@ -17,6 +18,7 @@ EPILOG = """examples:
 ATTENTION_EPILOG = """examples:
   tfam viz attention runs/digits test:0 --out attention.png
   tfam viz attention runs/digits my_digit.png --layer 1 --out first_block.png
+  tfam viz attention runs/digits test:0 --device cuda
 
 Panels: the input, then where the [CLS] token looks in block --layer, one map per head, then the
 attention rollout through all blocks (Abnar & Zuidema 2020: average the heads, add the
@@ -84,6 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--root", metavar="DIR", default=None, help="where to look for dataset files")
     add_image_options(p)
+    add_device_option(p)
     p.set_defaults(func=run_attention)
 
     p = sub.add_parser(
@@ -95,6 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _dir_arg(p)
     p.add_argument("--out", metavar="PNG", default=None, help="default: DIR/position.png")
+    add_device_option(p)
     p.set_defaults(func=run_pos)
 
     p = sub.add_parser(
@@ -121,6 +125,11 @@ def _run_dir(args: argparse.Namespace) -> Path:
     return run_dir
 
 
+def _model(args: argparse.Namespace):  # noqa: ANN202  (a tfam model)
+    """The run's model on --device (the one resolver of model directories)."""
+    return resolve_model(args.dir, what="DIR", kinds=("dir",)).load(device_from(args))
+
+
 def _layer_index(layer: int, depth: int) -> int:
     """CLI blocks count from 1 (negative from the end) -> 0-based index."""
     if layer == 0 or not -depth <= layer <= depth:
@@ -133,7 +142,7 @@ def _layer_index(layer: int, depth: int) -> int:
 
 def run_attention(args: argparse.Namespace) -> int:
     import tfam
-    from tfam.preprocess import load_input, load_preprocess
+    from tfam.data.preprocess import load_input, load_preprocess
     from tfam.viz import plot_attention
 
     run_dir = _run_dir(args)
@@ -145,7 +154,7 @@ def run_attention(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else run_dir / "attention.png"
     plot_attention(
         model,
-        item.tensor,
+        item.tensor.to(next(model.parameters()).device),
         out,
         pixels=item.pixels,
         layer=layer,
@@ -158,11 +167,10 @@ def run_attention(args: argparse.Namespace) -> int:
 
 
 def run_pos(args: argparse.Namespace) -> int:
-    import tfam
     from tfam.viz import plot_position_similarity
 
     run_dir = _run_dir(args)
-    model = tfam.from_pretrained(run_dir)
+    model = _model(args)
     out = Path(args.out) if args.out else run_dir / "position.png"
     plot_position_similarity(model, out)
     print(f"position embedding similarity: {out}")

@@ -1,43 +1,79 @@
-"""Image data that works offline: scikit-learn's digits, Fashion-MNIST, or your own arrays.
+"""Data that works offline: a catalog of named datasets (scikit-learn's digits, Fashion-MNIST),
+your own image folders, IDX files, normalisation, batch augmentation and image preprocessing.
 
 from tfam.data import load_dataset, default_augment
-train, test = load_dataset("digits", "train"), load_dataset("digits", "test")
+train, val = load_dataset("digits", "fit"), load_dataset("digits", "val")  # "train" = fit + val
+test = load_dataset("digits", "test")
+photos = load_dataset("path/to/photos", "fit")   # one sub-folder per class
 aug, g = default_augment("digits"), torch.Generator().manual_seed(0)
 for x, y in train.batches(64, shuffle=True, generator=g, augment=aug):
     ...  # x (64, 1, 8, 8) float32 normalised with train's mean/std, y (64,) int64
 """
 
-from tfam.data.augment import BatchAugment, default_augment
+from tfam.data.augment import BatchAugment
+from tfam.data.catalog import (
+    CATALOG,
+    TASK_FACTS,
+    DatasetEntry,
+    Recipe,
+    dataset_info,
+    default_augment,
+    folder_entry,
+    get_dataset,
+    list_datasets,
+    load_dataset,
+    register_dataset,
+    resolve_data,
+)
+from tfam.data.folder import ImageFolder, clear_folder_cache, scan_folder
 from tfam.data.idx import IDXFormatError, read_idx, write_idx
 from tfam.data.images import (
-    DATASETS,
     FASHION_MNIST_DIRS,
+    SPLITS,
     DatasetInfo,
     ImageDataset,
-    clear_cache,
     compute_mean_std,
-    dataset_info,
     find_fashion_mnist,
-    load_dataset,
+    holdout_split,
     load_digits,
     load_fashion_mnist,
 )
+from tfam.data.images import clear_cache as _clear_image_cache
+
+
+def clear_cache() -> None:
+    """Forget every array and folder scan loaded in this process."""
+    _clear_image_cache()
+    clear_folder_cache()
+
 
 __all__ = [
-    "DATASETS",
+    "CATALOG",
     "FASHION_MNIST_DIRS",
+    "SPLITS",
+    "TASK_FACTS",
     "BatchAugment",
+    "DatasetEntry",
     "DatasetInfo",
     "IDXFormatError",
     "ImageDataset",
+    "ImageFolder",
+    "Recipe",
     "clear_cache",
     "compute_mean_std",
     "dataset_info",
     "default_augment",
     "find_fashion_mnist",
+    "folder_entry",
+    "get_dataset",
+    "holdout_split",
+    "list_datasets",
     "load_dataset",
     "load_digits",
     "load_fashion_mnist",
     "read_idx",
+    "register_dataset",
+    "resolve_data",
+    "scan_folder",
     "write_idx",
 ]

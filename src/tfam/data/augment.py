@@ -12,20 +12,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from tfam.data.images import _canonical
+__all__ = ["BatchAugment"]
 
-__all__ = ["BatchAugment", "default_augment"]
-
-# Per dataset: (padding, flip). Digits are not mirror-symmetric, so no flip for them.
-# Fashion-MNIST: a 1 px crop and flips. A 2 px crop moves content across the 4 px patch grid and
-# slows the ViT most (test accuracy after epoch 1: 72.6% with 2 px crop + flip, 79.5% flips only);
-# flips alone overfit (24 epochs: 89.47% test at 93.9% train); a 1 px crop + flips reached 89.83%
-# at 90.1% train (vit_fashion_mnist with a learned position table, 24 epochs, measured on this
-# 2-core machine; with its sine-cosine positions now: 91.65% at 92.7% train).
-_DEFAULTS: dict[str, tuple[int, bool]] = {
-    "digits": (1, False),
-    "fashion-mnist": (1, True),
-}
+# The augmentation each dataset is trained with lives in its catalog entry (tfam.data.catalog,
+# ``default_augment``); this module knows no dataset.
 
 
 @functools.lru_cache(maxsize=8)
@@ -48,7 +38,7 @@ class BatchAugment:
         self, padding: int = 0, flip: bool = False, fill: float | Sequence[float] | Tensor = 0.0
     ) -> None:
         if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
-            raise ValueError(f"padding must be an int >= 0, got {padding!r}")
+            raise ValueError(f"padding={padding!r} is invalid: expected pixels >= 0 (an int)")
         if not isinstance(flip, bool):
             raise ValueError(f"flip must be True or False, got {flip!r}")
         self.padding = padding
@@ -58,6 +48,24 @@ class BatchAugment:
     @property
     def is_identity(self) -> bool:
         return self.padding == 0 and not self.flip
+
+    @staticmethod
+    def max_padding(image_size: int | Sequence[int]) -> int:
+        """The largest padding allowed for images of ``image_size`` (int or (height, width)):
+        half the smaller side, so a crop always keeps at least half the image."""
+        h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
+        return min(int(h), int(w)) // 2
+
+    def check_image_size(self, image_size: int | Sequence[int]) -> None:
+        """ValueError when the padding is too large for images of ``image_size``: a crop would
+        be mostly (or only) padding."""
+        limit = self.max_padding(image_size)
+        if self.padding > limit:
+            h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
+            raise ValueError(
+                f"padding={self.padding!r} is invalid for {h}x{w} images: expected pixels in "
+                f"0..{limit} (at most half the smaller side)"
+            )
 
     def __call__(
         self,
@@ -107,15 +115,3 @@ class BatchAugment:
 
     def __repr__(self) -> str:
         return f"BatchAugment(padding={self.padding}, flip={self.flip})"
-
-
-def default_augment(
-    name: str, padding: int | None = None, flip: bool | None = None
-) -> BatchAugment:
-    """The augmentation tfam trains a named dataset with (see ``_DEFAULTS``), with ``padding``
-    or ``flip`` overridden when given. Fill is supplied by ``ImageDataset.get_batch``."""
-    default_padding, default_flip = _DEFAULTS[_canonical(name)]
-    return BatchAugment(
-        padding=default_padding if padding is None else padding,
-        flip=default_flip if flip is None else flip,
-    )

@@ -1,11 +1,11 @@
-"""Image classification data that works offline: scikit-learn's digits, Fashion-MNIST, your own.
+"""Image classification data held in memory: scikit-learn's digits, Fashion-MNIST, your arrays.
 
 Every dataset is an :class:`ImageDataset`: uint8 images (N, C, H, W) and int64 labels (N,) held
 in memory, normalised on the fly — ``x = (pixel / pixel_scale - mean) / std`` per channel, with
 mean and std computed on the TRAIN split and reused for the test split.
 
-    train = load_dataset("digits", "train")
-    test = load_dataset("digits", "test")          # normalised with train's mean/std
+    train = load_digits("fit")                      # train minus the validation holdout
+    val, test = load_digits("val"), load_digits("test")  # normalised with train's mean/std
     x, y = train.get_batch(torch.arange(128))       # (128, 1, 8, 8) float32, (128,) int64
 
 Loaded arrays are cached per process (see :func:`clear_cache`): loading train and then test
@@ -19,32 +19,35 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from tfam.data.augment import BatchAugment
 from tfam.data.idx import read_idx
 
-if TYPE_CHECKING:
-    from tfam.data.augment import BatchAugment
-
 __all__ = [
-    "DATASETS",
+    "DIGITS",
+    "FASHION_MNIST",
     "FASHION_MNIST_DIRS",
+    "SPLITS",
     "DatasetInfo",
     "ImageDataset",
+    "check_split",
     "clear_cache",
     "compute_mean_std",
-    "dataset_info",
     "find_fashion_mnist",
-    "load_dataset",
+    "holdout_split",
     "load_digits",
     "load_fashion_mnist",
 ]
 
-SPLITS = ("train", "test")
+# "train" is the published training split, whole; "fit" is train minus "val", a fixed, seeded,
+# class-stratified holdout of train used to choose the best epoch and to stop early; "test" is
+# reported once at the end. fit and val together are train.
+SPLITS = ("train", "fit", "val", "test")
+VAL_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class DatasetInfo:
     """What a model needs to know about a dataset, without loading it."""
 
     name: str
-    image_size: int
+    image_size: int | tuple[int, int]
     in_channels: int
     classes: tuple[str, ...]
     pixel_scale: float
@@ -65,57 +68,79 @@ class DatasetInfo:
         return len(self.classes)
 
 
-DATASETS: dict[str, DatasetInfo] = {
-    "digits": DatasetInfo(
-        name="digits",
-        image_size=8,
-        in_channels=1,
-        classes=tuple(str(i) for i in range(10)),
-        pixel_scale=16,
-        train_size=1437,
-        test_size=360,
-        description="scikit-learn's bundled 8x8 handwritten digits (UCI), stratified 80/20 split",
+DIGITS = DatasetInfo(
+    name="digits",
+    image_size=8,
+    in_channels=1,
+    classes=tuple(str(i) for i in range(10)),
+    pixel_scale=16,
+    train_size=1437,
+    test_size=360,
+    description="scikit-learn's bundled 8x8 handwritten digits (UCI), stratified 80/20 split",
+)
+FASHION_MNIST = DatasetInfo(
+    name="fashion-mnist",
+    image_size=28,
+    in_channels=1,
+    classes=(
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
     ),
-    "fashion-mnist": DatasetInfo(
-        name="fashion-mnist",
-        image_size=28,
-        in_channels=1,
-        classes=(
-            "T-shirt/top",
-            "Trouser",
-            "Pullover",
-            "Dress",
-            "Coat",
-            "Sandal",
-            "Shirt",
-            "Sneaker",
-            "Bag",
-            "Ankle boot",
-        ),
-        pixel_scale=255,
-        train_size=60000,
-        test_size=10000,
-        description="Zalando's 28x28 grey clothing images, official 60k/10k split",
-    ),
-}
+    pixel_scale=255,
+    train_size=60000,
+    test_size=10000,
+    description="Zalando's 28x28 grey clothing images, official 60k/10k split",
+)
 
 
-def _canonical(name: str) -> str:
-    key = str(name).strip().lower().replace("_", "-")
-    if key not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
-    return key
-
-
-def dataset_info(name: str) -> DatasetInfo:
-    """image_size, in_channels, num_classes, classes, ... of a named dataset; loads nothing."""
-    return DATASETS[_canonical(name)]
-
-
-def _check_split(split: str) -> str:
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+def check_split(split: str, splits: Sequence[str] = SPLITS) -> str:
+    if split not in splits:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(splits)}")
     return split
+
+
+def holdout_split(labels: Tensor, fraction: float, seed: int) -> tuple[Tensor, Tensor]:
+    """(keep, holdout) sorted index tensors: a class-stratified random ``fraction`` of each
+    class held out, drawn from ``torch.Generator().manual_seed(seed)`` — the same every time.
+
+    Each class with at least two examples gives ``max(1, round(n * fraction))`` of them, and
+    keeps at least one; a class with a single example is kept whole.
+    """
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction={fraction!r} is invalid: expected a number in (0, 1)")
+    labels = torch.as_tensor(labels).reshape(-1)
+    g = torch.Generator().manual_seed(int(seed))
+    held = []
+    for c in torch.unique(labels).tolist():
+        idx = (labels == c).nonzero().squeeze(1)
+        n = idx.numel()
+        if n < 2:
+            continue
+        k = min(n - 1, max(1, round(n * fraction)))
+        held.append(idx[torch.randperm(n, generator=g)[:k]])
+    holdout = torch.cat(held).sort().values if held else torch.empty(0, dtype=torch.int64)
+    mask = torch.ones(labels.numel(), dtype=torch.bool)
+    mask[holdout] = False
+    return mask.nonzero().squeeze(1), holdout
+
+
+def _select(
+    arrays: dict[str, Tensor], split: str, fraction: float, seed: int
+) -> tuple[Tensor, Tensor]:
+    """(images, labels) of ``split`` from arrays holding train_* and test_* tensors."""
+    if split in ("train", "test"):
+        return arrays[f"{split}_images"], arrays[f"{split}_labels"]
+    keep, holdout = holdout_split(arrays["train_labels"], fraction, seed)
+    idx = keep if split == "fit" else holdout
+    return arrays["train_images"].index_select(0, idx), arrays["train_labels"].index_select(0, idx)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,6 +330,25 @@ class ImageDataset(torch.utils.data.Dataset):
         for start in range(0, stop, batch_size):
             yield self.get_batch(order[start : start + batch_size], augment, generator)
 
+    def stored(self, i: int) -> Tensor:
+        """Image ``i`` as stored: (C, H, W) uint8 in the dataset's levels (0..pixel_scale)."""
+        return self.images[i]
+
+    def with_stats(
+        self, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor
+    ) -> ImageDataset:
+        """The same images and labels, normalised with other statistics (a trained model's)."""
+        return ImageDataset(
+            self.images,
+            self.labels,
+            self.classes,
+            mean=mean,
+            std=std,
+            pixel_scale=self.pixel_scale,
+            name=self.name,
+            split=self.split,
+        )
+
     def class_counts(self) -> Tensor:
         """(num_classes,) number of images per class."""
         return torch.bincount(self.labels, minlength=self.num_classes)
@@ -346,20 +390,24 @@ def _digits_arrays(seed: int) -> dict[str, Tensor]:
         "test_images": images[test_idx].contiguous(),
         "test_labels": labels[test_idx],
     }
-    out["mean"], out["std"] = compute_mean_std(out["train_images"], DATASETS["digits"].pixel_scale)
+    out["mean"], out["std"] = compute_mean_std(out["train_images"], DIGITS.pixel_scale)
     return out
 
 
-def load_digits(split: str = "train", *, seed: int = 0) -> ImageDataset:
+def load_digits(
+    split: str = "train", *, seed: int = 0, val_fraction: float = VAL_FRACTION
+) -> ImageDataset:
     """scikit-learn's 8x8 digits (1,797 images, pixels 0..16): 1,437 train / 360 test.
 
-    The split is sklearn's ``train_test_split(test_size=0.2, stratify=y, random_state=seed)``.
+    The split is sklearn's ``train_test_split(test_size=0.2, stratify=y, random_state=seed)``;
+    "val" is a stratified ``val_fraction`` of train (seeded with ``seed``), "fit" the rest.
     """
-    _check_split(split)
-    info, arrays = DATASETS["digits"], _digits_arrays(int(seed))
+    check_split(split)
+    info, arrays = DIGITS, _digits_arrays(int(seed))
+    images, labels = _select(arrays, split, val_fraction, seed)
     return ImageDataset(
-        arrays[f"{split}_images"],
-        arrays[f"{split}_labels"],
+        images,
+        labels,
         info.classes,
         mean=arrays["mean"],
         std=arrays["std"],
@@ -445,7 +493,7 @@ def _read_fashion_split(
     # Keyed by (path, size, mtime) so a replaced file is read again.
     images_path, labels_path = Path(images_key[0]), Path(labels_key[0])
     images, labels = read_idx(images_path), read_idx(labels_path)
-    size = DATASETS["fashion-mnist"].image_size
+    size = FASHION_MNIST.image_size
     if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != (size, size):
         raise ValueError(
             f"{images_path}: expected uint8 images of shape (N, {size}, {size}), got "
@@ -456,7 +504,7 @@ def _read_fashion_split(
             f"{labels_path}: expected {images.shape[0]} uint8 labels (one per image in "
             f"{images_path.name}), got {labels.dtype} {labels.shape}"
         )
-    if labels.size and labels.max() >= len(DATASETS["fashion-mnist"].classes):
+    if labels.size and labels.max() >= len(FASHION_MNIST.classes):
         raise ValueError(f"{labels_path}: label {labels.max()} out of range 0..9")
     return torch.from_numpy(images).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
 
@@ -464,20 +512,30 @@ def _read_fashion_split(
 @functools.cache
 def _fashion_stats(images_key: tuple[str, int, int], labels_key: tuple[str, int, int]):
     images, _ = _read_fashion_split(images_key, labels_key)
-    return compute_mean_std(images, DATASETS["fashion-mnist"].pixel_scale)
+    return compute_mean_std(images, FASHION_MNIST.pixel_scale)
 
 
 def load_fashion_mnist(
-    split: str = "train", *, root: str | os.PathLike | None = None
+    split: str = "train",
+    *,
+    root: str | os.PathLike | None = None,
+    seed: int = 0,
+    val_fraction: float = VAL_FRACTION,
 ) -> ImageDataset:
-    """Fashion-MNIST, the official split: 60,000 train / 10,000 test 28x28 grey images.
+    """Fashion-MNIST, the official split: 60,000 train / 10,000 test 28x28 grey images; "val" is
+    a stratified ``val_fraction`` of train (seeded with ``seed``), "fit" the rest.
 
     Read from local IDX files (see :func:`find_fashion_mnist` for where); never downloads.
     """
-    _check_split(split)
-    info, files = DATASETS["fashion-mnist"], find_fashion_mnist(root)
+    check_split(split)
+    info, files = FASHION_MNIST, find_fashion_mnist(root)
     train_keys = tuple(_file_key(p) for p in files["train"])
-    images, labels = _read_fashion_split(*(tuple(_file_key(p) for p in files[split])))
+    source = "test" if split == "test" else "train"
+    images, labels = _read_fashion_split(*(tuple(_file_key(p) for p in files[source])))
+    if split in ("fit", "val"):
+        images, labels = _select(
+            {"train_images": images, "train_labels": labels}, split, val_fraction, seed
+        )
     mean, std = _fashion_stats(*train_keys)
     return ImageDataset(
         images,
@@ -491,26 +549,7 @@ def load_fashion_mnist(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-
-
-def load_dataset(
-    name: str,
-    split: str = "train",
-    *,
-    root: str | os.PathLike | None = None,
-    seed: int = 0,
-) -> ImageDataset:
-    """A named dataset's split. ``root`` is where to look first for files (Fashion-MNIST; the
-    digits ship inside scikit-learn); ``seed`` fixes the digits' train/test split (Fashion-MNIST's
-    split is the official one)."""
-    key = _canonical(name)
-    if key == "digits":
-        return load_digits(split, seed=seed)
-    return load_fashion_mnist(split, root=root)
-
-
 def clear_cache() -> None:
-    """Forget every array loaded in this process."""
+    """Forget every array of digits and Fashion-MNIST loaded in this process."""
     for fn in (_digits_arrays, _read_fashion_split, _fashion_stats):
         fn.cache_clear()

@@ -1,6 +1,6 @@
 """Classification metrics over a dataset: accuracy, per-class accuracy, confusion matrix, loss.
 
-    from tfam.evaluation import evaluate
+    from tfam.training.evaluation import evaluate
     result = evaluate(model, tfam.data.load_dataset("digits", "test"))
     result.accuracy, result.per_class_accuracy, result.confusion   # float, (K,), (K, K)
 

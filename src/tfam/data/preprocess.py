@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 PREPROCESS_NAME = "preprocess.json"
-SAMPLE_SPEC = re.compile(r"^(train|test):(\d+)$")
+SAMPLE_SPEC = re.compile(r"^(train|fit|val|test):(\d+)$")
 
 Invert = bool | Literal["auto"]
 
@@ -58,6 +58,9 @@ __all__ = [
     "load_input",
     "load_preprocess",
     "load_sample",
+    "open_image",
+    "resize_image",
+    "to_mode",
 ]
 
 
@@ -210,26 +213,49 @@ class ModelInput:
     stretched: bool = False
 
 
-def _open(path: Path):  # noqa: ANN202  (a PIL.Image.Image)
+def open_image(path: Path, verify: bool = False):  # noqa: ANN201  (a PIL.Image.Image)
+    """Open an image file with Pillow, EXIF orientation applied; a ValueError that names the
+    file when it is missing, not an image, corrupt, or larger than Pillow's decompression-bomb
+    limit (``PIL.Image.MAX_IMAGE_PIXELS``). ``verify`` only checks the file (no pixels are
+    decoded) and returns the unloaded image, whose size and mode are known."""
+    import warnings
+
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"image file {str(path)!r} not found")
     if not path.is_file():
         raise ValueError(f"image {str(path)!r} is not a file; expected a PNG or JPEG image")
     try:
-        with Image.open(path) as im:
-            im.load()
-            im = ImageOps.exif_transpose(im)
-    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        with warnings.catch_warnings():
+            # A huge image is refused, not decoded: Pillow warns above MAX_IMAGE_PIXELS.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            if verify:
+                with Image.open(path) as im:
+                    im.verify()
+                return im
+            with Image.open(path) as im:
+                im.load()
+                im = ImageOps.exif_transpose(im)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        limit = Image.MAX_IMAGE_PIXELS
         raise ValueError(
-            f"cannot read {str(path)!r} as an image ({err}); expected a file Pillow can open "
+            f"image {str(path)!r} is refused: it has more pixels than Pillow decodes safely "
+            f"(PIL.Image.MAX_IMAGE_PIXELS = {limit:,}; a decompression bomb?)"
+        ) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(
+            f"cannot read {str(path)!r} as an image ({reason}); expected a file Pillow can open "
             "(PNG, JPEG, BMP, ...)"
-        ) from err
+        ) from None
     return im
 
 
-def _to_mode(im, channels: int):  # noqa: ANN001, ANN202  (PIL images)
+def to_mode(im, channels: int):  # noqa: ANN001, ANN201  (PIL images)
+    """Grayscale (``channels == 1``) or RGB: 16-bit grayscale scaled to 8 bits, transparency
+    composited over white."""
     from PIL import Image
 
     if im.mode.startswith("I;16"):
@@ -243,6 +269,18 @@ def _to_mode(im, channels: int):  # noqa: ANN001, ANN202  (PIL images)
         canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         im = Image.alpha_composite(canvas, rgba)
     return im.convert("L" if channels == 1 else "RGB")
+
+
+def resize_image(im, size: tuple[int, int]):  # noqa: ANN001, ANN201  (PIL images)
+    """Resize to (height, width): box filter (an area average) when shrinking, bilinear when
+    enlarging; unchanged when already that size."""
+    from PIL import Image
+
+    h, w = size
+    if (im.height, im.width) == (h, w):
+        return im
+    shrinking = im.width >= w and im.height >= h
+    return im.resize((w, h), Image.Resampling.BOX if shrinking else Image.Resampling.BILINEAR)
 
 
 def border_is_bright(gray: np.ndarray) -> bool:
@@ -267,12 +305,12 @@ def load_image(
     invert: "auto" applies the border rule to digits-like data only; True/False force it.
     stretch: None stretches the contrast of digits-like data; True/False force it.
     """
-    from PIL import Image, ImageOps
+    from PIL import ImageOps
 
     if invert not in ("auto", True, False):
         raise ValueError(f"invert={invert!r} is invalid: expected 'auto', True or False")
     path = Path(path)
-    im = _to_mode(_open(path), pre.in_channels)
+    im = to_mode(open_image(path), pre.in_channels)
     if invert == "auto":
         gray = np.asarray(im.convert("L"), dtype=np.float64)
         do_invert = pre.digits_like and border_is_bright(gray)
@@ -281,9 +319,7 @@ def load_image(
     if do_invert:
         im = ImageOps.invert(im)
     h, w = pre.image_size
-    if (im.height, im.width) != (h, w):
-        shrinking = im.width >= w and im.height >= h
-        im = im.resize((w, h), Image.Resampling.BOX if shrinking else Image.Resampling.BILINEAR)
+    im = resize_image(im, (h, w))
     arr = np.asarray(im, dtype=np.float64).reshape(h, w, pre.in_channels)
     do_stretch = pre.digits_like if stretch is None else bool(stretch)
     lo, hi = float(arr.min()), float(arr.max())
@@ -311,7 +347,7 @@ def load_sample(spec: str, pre: Preprocess, root: str | Path | None = None) -> M
         raise ValueError(
             f"cannot resolve {spec!r}: preprocess.json names no dataset; pass an image file"
         )
-    from tfam.data import load_dataset
+    from tfam.data.catalog import load_dataset
 
     split, index = match.group(1), int(match.group(2))
     ds = load_dataset(pre.dataset, split, root=root)
@@ -320,7 +356,7 @@ def load_sample(spec: str, pre: Preprocess, root: str | Path | None = None) -> M
             f"sample {spec!r} is invalid: the {pre.dataset} {split} split has {len(ds)} images, "
             f"valid indices 0..{len(ds) - 1}"
         )
-    stored = ds.images[index]  # (C, H, W) uint8, the dataset's own levels
+    stored = ds.stored(index)  # (C, H, W) uint8, the dataset's own levels
     return ModelInput(
         tensor=pre.normalize(stored),
         pixels=(stored.permute(1, 2, 0).numpy().astype(np.float32) / pre.pixel_scale),

@@ -1,0 +1,359 @@
+"""What every subcommand shares: the one ``--set`` typing rule, options built from dataclass
+fields, the one "preset, family or model directory" resolver, devices and thread counts."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "ModelSource",
+    "add_dataclass_options",
+    "add_device_option",
+    "check_threads",
+    "field_option",
+    "option_error",
+    "parse_pair",
+    "parse_set",
+    "parse_sets",
+    "parse_value",
+    "resolve_device",
+    "resolve_model",
+]
+
+_PAIR_HELP = "HEIGHTxWIDTH or one int, e.g. 8x12 or 224"
+_PAIR = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+
+
+def parse_pair(text: str) -> int | tuple[int, int]:
+    """'224' -> 224, '8x12' -> (8, 12) (height x width); an argparse ``type``."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:[xX,]\s*(\d+)\s*)?", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected {_PAIR_HELP}")
+    return int(m[1]) if m[2] is None else (int(m[1]), int(m[2]))
+
+
+def parse_value(text: str) -> Any:
+    """The one typing rule of ``--set`` values: ``true``/``false`` -> bool, ``none``/``null`` ->
+    None, ``8x12`` -> (8, 12), JSON numbers -> int or float, JSON lists and objects (which must
+    be valid JSON: ``[8, 8]``, ``{"window": 4}``), anything else -> the string itself."""
+    s = text.strip()
+    low = s.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    m = _PAIR.fullmatch(s)
+    if m:
+        return int(m[1]), int(m[2])
+    try:
+        return json.loads(s)
+    except json.JSONDecodeError as err:
+        if s[:1] in "[{":
+            raise ValueError(f"{s!r} is not valid JSON ({err.msg} at column {err.colno})") from None
+        return s
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """``"dim=64"`` -> ("dim", 64); ``-`` in the key becomes ``_``; values by
+    :func:`parse_value`."""
+    key, sep, raw = item.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key.isidentifier():
+        raise ValueError(f"--set {item!r} is invalid: expected KEY=VALUE, e.g. --set dim=64")
+    try:
+        return key, parse_value(raw)
+    except ValueError as err:
+        raise ValueError(f"--set {item!r} is invalid: {err}") from None
+
+
+def parse_sets(
+    items: Iterable[str] | None, fields: Iterable[str] | None = None, owner: str = "the config"
+) -> dict[str, Any]:
+    """Every ``--set KEY=VALUE`` as a dict (a later key wins); with ``fields``, a key that is not
+    one of them is an error naming ``owner`` and the valid fields."""
+    valid = set(fields) if fields is not None else None
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, value = parse_set(item)
+        if valid is not None and key not in valid:
+            raise ValueError(
+                f"--set {item!r} is invalid: {key!r} is not a field of {owner}; valid fields: "
+                f"{', '.join(sorted(valid))}"
+            )
+        out[key] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Options from dataclass fields
+
+
+def field_option(name: str) -> str:
+    """The command-line option of a field: ``min_lr`` -> ``--min-lr``."""
+    return "--" + name.replace("_", "-")
+
+
+def _strip_optional(hint: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        return (args[0] if len(args) == 1 else typing.Union[tuple(args)]), optional  # noqa: UP007
+    return hint, False
+
+
+def _optional(convert: Any) -> Any:
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() in ("none", "null") else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
+
+
+def _typed_value(text: str) -> Any:
+    try:
+        return parse_value(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+_typed_value.__name__ = "value"
+
+
+def _is_pair(hint: Any) -> bool:
+    """``int | tuple[int, int]``: one int or a (height, width) pair."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return False
+    args = typing.get_args(hint)
+    return int in args and any(
+        typing.get_origin(a) is tuple and typing.get_args(a) == (int, int) for a in args
+    )
+
+
+def _argument(hint: Any, default: Any) -> dict[str, Any]:
+    """argparse keyword arguments for a field of type ``hint``."""
+    hint, optional = _strip_optional(hint)
+    if hint is Any and isinstance(default, int) and not isinstance(default, bool):
+        # An untyped field with an int default (ViTConfig's image_size: "int or (height,
+        # width)") takes what the config takes: one int or HxW.
+        return {"type": parse_pair, "metavar": "HxW"}
+    if _is_pair(hint):
+        return {"type": parse_pair, "metavar": "HxW"}
+    if hint is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if typing.get_origin(hint) is Literal:
+        choices = typing.get_args(hint)
+        return {"choices": choices, "type": type(choices[0])}
+    if hint in (int, float, str):
+        return {"type": _optional(hint) if optional else hint}
+    if typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        if args and Ellipsis not in args and len(set(args)) == 1 and args[0] in (int, float):
+            return {"type": args[0], "nargs": len(args)}
+    return {"type": _typed_value}  # unions, lists, dicts: the --set typing rule
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return " ".join(map(str, value))
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def add_dataclass_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    *,
+    skip: Iterable[str] = (),
+    note: dict[str, str] | None = None,
+    show_defaults: bool = True,
+    help_fallback: str = "",
+) -> dict[str, str]:
+    """One option per field of dataclass ``cls``: ``--field-name``, typed from the field's type
+    (bool: ``--x/--no-x``; ``X | None`` also takes ``none``; fixed tuples: N values; Literal:
+    choices; anything else: the ``--set`` typing rule), help from ``metadata["help"]`` with the
+    default, ``metadata["metavar"]``/``["choices"]`` when given. An option not given leaves no
+    attribute on the namespace (``argparse.SUPPRESS``), so callers can layer defaults and a
+    given ``none`` stays None. Returns {field name: option}."""
+    hints = typing.get_type_hints(cls)
+    existing = set(getattr(parser, "_option_string_actions", {}))
+    if isinstance(parser, argparse._ArgumentGroup):
+        existing |= set(parser._option_string_actions)
+    added: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        option = field_option(f.name)
+        if f.name in skip or not f.init or option in existing:
+            continue
+        kwargs = _argument(hints.get(f.name, str), f.default)
+        meta = f.metadata or {}
+        if "choices" in meta:
+            kwargs["choices"] = tuple(meta["choices"])
+        if "metavar" in meta and kwargs.get("action") is None:
+            kwargs["metavar"] = meta["metavar"]
+        elif kwargs.get("action") is None and "choices" not in kwargs and "metavar" not in kwargs:
+            kwargs["metavar"] = f.name.upper()
+        help_text = str(meta.get("help", help_fallback.format(name=f.name))).rstrip(".")
+        default = (note or {}).get(f.name) or (_default_text(f) if show_defaults else "")
+        if default:
+            help_text = f"{help_text} (default: {default})" if help_text else f"default: {default}"
+        parser.add_argument(
+            option, dest=f.name, default=argparse.SUPPRESS, help=help_text, **kwargs
+        )
+        added[f.name] = option
+    return added
+
+
+_FIELD_ERROR = re.compile(r"^(\w+)=(.*?) is invalid(.*)$", re.S)
+
+
+def option_error(
+    err: Exception, options: dict[str, str], sources: dict[str, str] | None = None
+) -> ValueError:
+    """A config's ``"field=value is invalid: ..."`` said as the option: ``"--field value is
+    invalid: ..."``, with where the value came from when the user did not give it."""
+    text = str(err)
+    m = _FIELD_ERROR.match(text)
+    if not m or m[1] not in options:
+        return ValueError(text)
+    where = (sources or {}).get(m[1])
+    tail = f" (the value came from {where}; give {options[m[1]]} to change it)" if where else ""
+    return ValueError(f"{options[m[1]]} {m[2]} is invalid{m[3]}{tail}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Models: a preset, a family or a model directory
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What a NAME on the command line refers to: ``kind`` is "preset", "family" or "dir";
+    ``family`` is the model family; ``path`` the model directory (kind "dir")."""
+
+    kind: str
+    name: str
+    family: str
+    path: Path | None = None
+
+    def load(self, device: Any = "cpu", **overrides: Any) -> Any:
+        """The model: trained weights for a directory, a fresh init for a preset or family."""
+        import tfam
+
+        if self.path is not None:
+            model = tfam.from_pretrained(self.path, **overrides)
+        else:
+            model = tfam.create_model(self.name, **overrides)
+        return model.to(device)
+
+
+def resolve_model(
+    spec: str | os.PathLike,
+    *,
+    what: str = "NAME",
+    kinds: Sequence[str] = ("preset", "family", "dir"),
+) -> ModelSource:
+    """The one resolver of "preset name, family or model directory" for every subcommand.
+
+    ``what`` names the argument in errors; ``kinds`` says which of the three it accepts. A model
+    directory holds config.json (and model.safetensors, checked when it is loaded).
+    """
+    from tfam.models import MODEL_CLASSES, PRESETS
+    from tfam.models.base import CONFIG_NAME
+
+    name = str(spec)
+    if "preset" in kinds and name in PRESETS:
+        return ModelSource("preset", name, PRESETS[name].family)
+    if "family" in kinds and name in MODEL_CLASSES:
+        return ModelSource("family", name, name)
+    path = Path(name).expanduser()
+    if "dir" in kinds and path.is_dir():
+        config = path / CONFIG_NAME
+        if not config.is_file():
+            raise FileNotFoundError(
+                f"{what}={name!r} is a directory without {CONFIG_NAME}: a model directory holds "
+                f"{CONFIG_NAME} and model.safetensors (written by save_pretrained or `tfam train`)"
+            )
+        try:
+            data = json.loads(config.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{config} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{config} must hold a JSON object, got {type(data).__name__}")
+        return ModelSource("dir", name, str(data.get("family", "")), path)
+    if kinds == ("dir",) or list(kinds) == ["dir"]:
+        raise FileNotFoundError(f"run directory {name!r} not found")
+    valid = []
+    if "preset" in kinds:
+        valid.append(f"presets: {', '.join(sorted(PRESETS))}")
+    if "family" in kinds:
+        valid.append(f"families: {', '.join(sorted(MODEL_CLASSES))}")
+    alternatives = {"preset": "a preset", "family": "a family", "dir": "a model directory"}
+    said = " or ".join(alternatives[k] for k in kinds)
+    if what.startswith("--"):
+        raise ValueError(f"{what} {name!r} is invalid: expected {said}; {'; '.join(valid)}")
+    raise ValueError(f"{what}={name!r} is not {said}; {'; '.join(valid)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Devices and threads
+
+
+def resolve_device(spec: str) -> Any:
+    """``auto|cpu|cuda|cuda:N|mps`` -> torch.device (tfam.training.devices), a one-line
+    ValueError naming the device and what is available when it is not there."""
+    from tfam.training.devices import resolve_device as resolve
+
+    return resolve(spec)
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default="auto",
+        metavar="DEVICE",
+        help="auto, cpu, cuda, cuda:N or mps (default: auto, CUDA when present)",
+    )
+
+
+def device_from(args: argparse.Namespace) -> Any:
+    try:
+        return resolve_device(args.device)
+    except ValueError as err:
+        m = _FIELD_ERROR.match(str(err))
+        raise (ValueError(f"--device {m[2]} is invalid{m[3]}") if m else err) from None
+
+
+def max_threads() -> int:
+    """The most CPU threads a command accepts: four per core this machine has."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_threads(threads: Any, option: str = "--threads") -> int:
+    """``threads`` as an int in 1..max_threads() (torch crashes on absurd counts)."""
+    limit = max_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= limit:
+        raise ValueError(
+            f"{option} {threads!r} is invalid: expected an int in 1..{limit} "
+            f"(this machine has {os.cpu_count()} CPU cores)"
+        )
+    return threads
