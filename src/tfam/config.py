@@ -23,7 +23,7 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POOLS = ("cls", "mean")
 # Every position encoding a family may name; each family narrows it to what it implements.
-POSITIONS = ("learned", "sinusoidal", "sincos2d", "none")
+POSITIONS = ("learned", "sinusoidal", "sincos2d", "rope", "alibi", "none")
 
 
 class OptionsValidator(Protocol):

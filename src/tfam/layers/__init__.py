@@ -14,10 +14,20 @@ from tfam.layers.kernels import (
 )
 from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask, window_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
-from tfam.layers.position import resample_pos_embed, sincos_2d_table, sinusoidal_table
+from tfam.layers.position import (
+    ALiBi,
+    RotaryEmbedding,
+    alibi_slopes,
+    resample_pos_embed,
+    sincos_2d_table,
+    sinusoidal_table,
+)
 
 __all__ = [
     "KERNELS",
+    "ALiBi",
+    "RotaryEmbedding",
+    "alibi_slopes",
     "AttentionKernel",
     "CrossKV",
     "DecoderBlock",

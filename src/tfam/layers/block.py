@@ -16,6 +16,7 @@ from tfam.layers.attention import MultiHeadAttention
 from tfam.layers.cache import StackCache
 from tfam.layers.feedforward import FeedForward
 from tfam.layers.norm import make_norm
+from tfam.layers.position import ALiBi, RotaryEmbedding
 
 
 class DropPath(nn.Module):
@@ -192,6 +193,9 @@ class TransformerStack(nn.Module):
 
     ``bias_provider`` (optional module): ``(q_pos (Lq,), k_pos (Lk,)) -> (H, Lq, Lk)`` additive
     bias, computed once per forward and shared by every block (ALiBi, T5's relative bias).
+    ``config.position`` wires them: ``"rope"`` gives every self-attention a
+    :class:`RotaryEmbedding`, ``"alibi"`` sets :class:`ALiBi` as the bias provider; other
+    positions are added to the tokens by the family before the stack.
 
     x (B, L, D) -> (B, L, D), and with ``need_weights`` a list of N weights: (B, H, L, L) per
     encoder block, (self, cross) pairs per decoder block.
@@ -208,6 +212,12 @@ class TransformerStack(nn.Module):
         block = DecoderBlock if kind == "decoder" else EncoderBlock
         self.blocks = nn.ModuleList(block(config, drop_path=rate) for rate in rates)
         self.bias_provider: nn.Module | None = None
+        # Positions that act inside attention are wired here, once for every family.
+        if config.position == "rope":
+            for blk in self.blocks:  # self-attention only: cross-attention keys are the source's
+                blk.mhsa.qk_transform = RotaryEmbedding(config.head_dim)
+        elif config.position == "alibi":
+            self.bias_provider = ALiBi(config.heads)
 
     def make_cache(self, max_len: int) -> StackCache:
         """An empty cache for incremental decoding of up to ``max_len`` positions."""
