@@ -223,7 +223,7 @@ def test_text_and_json() -> None:
     text = str(table)
     assert text == table.to_text()
     assert "(N+1) x D" in text and "N x (P_h*P_w*C)" in text
-    assert "sqrt(Dh)" in text and "the seed writes sqrt(D)" in text
+    assert "sqrt(Dh)" in text and "the source documents write sqrt(D)" in text
     assert f"{table.total_flops:,}" in text
     data = json.loads(table.to_json())
     assert data["total_params"] == table.total_params

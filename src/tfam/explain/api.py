@@ -1,0 +1,247 @@
+"""``explain`` (a model, a preset, a family or a model directory), ``explain_stack`` (a bare
+TransformerStack), and the registry through which a family adds its embedding and head rows."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from tfam.explain.blocks import stack_rows
+from tfam.explain.bricks import Explainer
+from tfam.explain.table import BLOCK_MODES, FLOP_NOTE, ExplainRow, ExplainTable
+from tfam.explain.trace import size_guard, trace
+from tfam.layers import TransformerStack
+from tfam.models.base import CONFIG_NAME, MODEL_CLASSES, TfamModel
+
+
+class FamilyExplainer(ABC):
+    """What a family writes to be explained (one small module in ``tfam/explain/families/``,
+    decorated with :func:`register_family`):
+
+    - ``symbols()``: the values of its shape symbols ({"N": 196, "D": 768, ...});
+    - ``inputs()``: the example forward call on the meta device, (args, kwargs);
+    - ``embedding_rows(ex)`` and ``head_rows(ex)``: its own steps before and after the stack;
+    - ``header(name)``: the lines above the table;
+    - ``length``: the symbol of the stack's sequence length ("(N+1)").
+
+    The stack's rows come from the bricks (:func:`~tfam.explain.blocks.stack_rows`). A family
+    with more than one stack (encoder-decoder) overrides :meth:`rows`.
+    """
+
+    length: str = "L"
+    sample: ClassVar[str] = "sample"  # one element of the batch, for the totals line
+
+    def __init__(self, model: TfamModel, batch_size: int) -> None:
+        self.model, self.batch = model, batch_size
+
+    @abstractmethod
+    def symbols(self) -> dict[str, int]: ...
+
+    @abstractmethod
+    def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]: ...
+
+    def embedding_rows(self, ex: Explainer) -> list[ExplainRow]:
+        return []
+
+    def head_rows(self, ex: Explainer) -> list[ExplainRow]:
+        return []
+
+    def header(self, name: str) -> list[str]:
+        return [f"{name}: batch size {self.batch}"]
+
+    def stack(self) -> TransformerStack:
+        """The model's one TransformerStack."""
+        stacks = [m for m in self.model.modules() if isinstance(m, TransformerStack)]
+        if len(stacks) != 1:
+            raise TypeError(f"{type(self).__name__} found {len(stacks)} stacks; override rows()")
+        return stacks[0]
+
+    def rows(self, ex: Explainer) -> list[ExplainRow]:
+        stack = stack_rows(ex, self.stack(), self.length)
+        return [*self.embedding_rows(ex), *stack, *self.head_rows(ex)]
+
+
+FAMILIES: dict[str, type[FamilyExplainer]] = {}
+
+
+def register_family(
+    *families: str,
+) -> Callable[[type[FamilyExplainer]], type[FamilyExplainer]]:
+    """Class decorator: ``@register_family("vit")`` makes ``explain`` use it for that family."""
+
+    def add(cls: type[FamilyExplainer]) -> type[FamilyExplainer]:
+        for family in families:
+            FAMILIES[family] = cls
+        return cls
+
+    return add
+
+
+def _resolve_model(model_or_name: Any, overrides: dict[str, Any]) -> tuple[TfamModel, str]:
+    """A model to trace and the name to show. Names and directories are built on the meta
+    device: no weights are allocated or loaded, so even the largest preset is instant."""
+    from tfam.config import BaseConfig
+    from tfam.models.registry import PRESETS, create_model
+
+    if isinstance(model_or_name, TfamModel):
+        if overrides:
+            raise ValueError(
+                f"config overrides {sorted(overrides)} apply to a name or a model directory, "
+                f"not to a built model; pass the name, e.g. "
+                f"explain('{model_or_name.config.family}', ...), or build the model with them"
+            )
+        return model_or_name, f"{type(model_or_name).__name__} ({model_or_name.config.family})"
+    if not isinstance(model_or_name, str | Path):
+        raise ValueError(
+            f"model_or_name={model_or_name!r} is invalid: expected a tfam model, a preset or "
+            "family name, a model directory, or a TransformerStack"
+        )
+    name = str(model_or_name)
+    building = f"building {name}" + (f" with {overrides}" if overrides else "")
+    if name in PRESETS or name in MODEL_CLASSES:
+        with torch.device("meta"), size_guard(building, overrides):
+            return create_model(name, **overrides), name
+    path = Path(name)
+    if path.is_dir():
+        config_path = path / CONFIG_NAME
+        if not config_path.is_file():
+            raise FileNotFoundError(
+                f"{config_path} not found: a model directory holds {CONFIG_NAME} and "
+                "model.safetensors (written by model.save_pretrained or `tfam train`)"
+            )
+        # The config fixes the architecture; the weights are not needed to explain it.
+        config = BaseConfig.from_json(config_path)
+        if overrides:
+            config = config.replace(**overrides)
+        with torch.device("meta"), size_guard(building, config.to_dict()):
+            return MODEL_CLASSES[config.family](config), name
+    raise ValueError(
+        f"model_or_name={name!r} is not a preset, a family or a model directory; "
+        f"presets: {', '.join(sorted(PRESETS))}; families: {', '.join(sorted(MODEL_CLASSES))}"
+    )
+
+
+def _check_view(batch_size: Any, blocks: Any) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} is invalid: expected a positive int")
+    if blocks not in BLOCK_MODES:
+        raise ValueError(f"blocks={blocks!r} is invalid: expected one of {BLOCK_MODES}")
+
+
+def _table(module: nn.Module, ex: Explainer, rows: list[ExplainRow], **fields: Any) -> ExplainTable:
+    """The table, once every parameter of ``module`` is claimed by exactly one step."""
+    ex.check_symbols(rows)
+    total_params = sum(r.params for r in rows if r.level == 0)
+    real = sum(p.numel() for p in module.parameters())
+    if total_params != real or len(ex.claimed) != len(dict.fromkeys(map(id, module.parameters()))):
+        unclaimed = [n for n, p in module.named_parameters() if id(p) not in ex.claimed]
+        raise RuntimeError(
+            f"explain counted {total_params:,} parameters but the model has {real:,}; "
+            f"not in any step: {unclaimed}"
+        )
+    return ExplainTable(
+        symbols=dict(ex.env),
+        rows=rows,
+        total_params=total_params,
+        total_flops=sum(r.flops for r in rows if r.level == 0),
+        blocks=ex.blocks,
+        notes=[FLOP_NOTE],
+        **fields,
+    )
+
+
+def explain(
+    model_or_name: TfamModel | TransformerStack | str | Path,
+    batch_size: int = 1,
+    blocks: str = "first",
+    **overrides: Any,
+) -> ExplainTable:
+    """Step-by-step table of a model: per step its input and output shape, parameters, FLOPs.
+
+    ``model_or_name``: a built model, a preset or family name (``"vit_base_patch16_224"``,
+    ``"vit"``) with config fields as ``overrides``, or a model directory from
+    ``save_pretrained``. Names and directories are built on the meta device (instant, no
+    memory); a built model is traced with storage-less stand-ins for its weights and is left
+    unchanged. ``batch_size`` B scales the FLOPs and leads every shape. ``blocks='first'`` shows
+    block 1 in full and one summary row for blocks 2..N; ``'all'`` lists every block.
+
+    A bare :class:`~tfam.layers.TransformerStack` takes ``seq_len`` (and ``memory_len`` for a
+    decoder) instead of overrides: ``explain(stack, seq_len=5, memory_len=7)`` is
+    :func:`explain_stack`.
+
+    Raises ``ValueError`` for unknown names, bad overrides, bad arguments, and models too large
+    for a tensor to describe (naming the size).
+    """
+    if isinstance(model_or_name, TransformerStack):
+        return explain_stack(model_or_name, batch_size=batch_size, blocks=blocks, **overrides)
+    _check_view(batch_size, blocks)
+    model, name = _resolve_model(model_or_name, overrides)
+    family = model.config.family
+    if family not in FAMILIES:
+        raise ValueError(
+            f"explain does not know the family {family!r} yet (it knows {sorted(FAMILIES)}); "
+            f"a family adds its rows in tfam/explain/families/{family}.py"
+        )
+    fam = FAMILIES[family](model, batch_size)
+    with size_guard(f"the example input of {name}", model.config.to_dict()):
+        args, kwargs = fam.inputs()
+    ex = Explainer(trace(model, args, kwargs), fam.symbols(), blocks)
+    return _table(model, ex, fam.rows(ex), name=name, family=family,
+                  config=model.config.to_dict(), batch_size=batch_size,
+                  header=fam.header(name), sample=fam.sample)  # fmt: skip
+
+
+def explain_stack(
+    stack: TransformerStack,
+    seq_len: int,
+    memory_len: int | None = None,
+    batch_size: int = 1,
+    blocks: str = "first",
+) -> ExplainTable:
+    """The table of a bare TransformerStack over ``seq_len`` tokens of width D.
+
+    An encoder stack (causal or not) reads x (B, L, D). A decoder stack reads x (B, Lt, D)
+    with ``seq_len`` = Lt and the encoder output (B, Ls, D) with ``memory_len`` = Ls: its rows
+    show masked self-attention (scores Lt x Lt), cross-attention (Q from Lt tokens, K and V
+    from Ls, scores Lt x Ls) and the MLP. Shapes, parameters and FLOPs as in :func:`explain`.
+    """
+    _check_view(batch_size, blocks)
+    decoder = stack.kind == "decoder"
+    for arg, value in (("seq_len", seq_len), ("memory_len", memory_len)):
+        if value is not None and (type(value) is not int or value < 1):
+            raise ValueError(f"{arg}={value!r} is invalid: expected a positive int")
+    if decoder and memory_len is None:
+        raise ValueError("memory_len=None is invalid: a decoder stack reads an encoder output")
+    if not decoder and memory_len is not None:
+        raise ValueError(f"memory_len={memory_len!r} is invalid: an encoder stack has no memory")
+    if not stack.blocks:
+        raise ValueError("the stack has no blocks: nothing to explain")
+    first = stack.blocks[0]
+    L, d = ("Lt" if decoder else "L"), first.mhsa.dim
+    env = {L: seq_len, "D": d, "H": first.mhsa.heads, "Dh": first.mhsa.head_dim}
+    env["F"] = first.mlp.fc2.in_features
+    kwargs: dict[str, Tensor | bool] = {"need_weights": True}
+    with size_guard("the example input"):
+        x = torch.empty(batch_size, seq_len, d, device="meta")
+        if decoder:
+            env["Ls"] = memory_len
+            kwargs["memory"] = torch.empty(batch_size, memory_len, d, device="meta")
+    ex = Explainer(trace(stack, (x,), kwargs), env, blocks)
+    kind = "decoder" if decoder else ("causal encoder" if stack.causal else "encoder")
+    lengths = f"Lt = {seq_len} target, Ls = {memory_len} source tokens"
+    norm = "pre" if first.norm_first else "post"
+    header = [
+        f"TransformerStack ({kind}), batch size {batch_size}",
+        f"D = {d}, {len(stack.blocks)} blocks ({norm}-norm), H = {env['H']} heads of "
+        f"Dh = {env['Dh']}, F = ffn_dim = {env['F']}, "
+        + (lengths if decoder else f"L = {seq_len} tokens"),
+    ]
+    config = {"kind": stack.kind, "causal": stack.causal, "depth": len(stack.blocks), **env}
+    rows = stack_rows(ex, stack, L, "Ls" if decoder else None)
+    return _table(stack, ex, rows, name=f"TransformerStack ({kind})", family="", config=config,
+                  batch_size=batch_size, header=header, sample="sequence")  # fmt: skip
