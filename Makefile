@@ -17,10 +17,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Fashion-MNIST ships as a Debian package; install it when we may (root) and it is missing.
+# Fashion-MNIST ships as a Debian package; install it when we may (root) and it is missing,
+# saying so first.
 data:
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && [ ! -d $$HOME/.cache/tfam/fashion-mnist ]; then \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null; \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "make data: installing the Debian package dataset-fashion-mnist (Fashion-MNIST, ~30 MB, into /usr/share/datasets/fashion-mnist) with apt-get"; \
+	    (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null; \
 	  else echo "Fashion-MNIST missing: sudo apt-get install dataset-fashion-mnist"; fi; fi
 
 demo: install

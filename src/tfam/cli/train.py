@@ -452,19 +452,25 @@ def run(args: argparse.Namespace) -> int:
         from tfam.viz import plot_curves
 
         kwargs["callbacks"] = [CurvesCallback(plot_curves)]
-    trainer = Trainer(
-        model,
-        train_set,
-        test_set,
-        config,
-        out_dir=out,
-        augment=augment,
-        run_args=run_args,
-        resume_hint=hint,
-        **kwargs,
-    )
     try:
+        trainer = Trainer(
+            model,
+            train_set,
+            test_set,
+            config,
+            out_dir=out,
+            augment=augment,
+            run_args=run_args,
+            resume_hint=hint,
+            **kwargs,
+        )
         trainer.fit(resume=args.resume)
     except KeyboardInterrupt:
         return 130  # the trainer saved a checkpoint and printed how to resume
+    except ValueError as err:
+        # The trainer names its field ("device='cuda' is invalid ..."): say it as the option.
+        translated = option_error(err, options, sources)
+        if str(translated) == str(err):
+            raise
+        raise translated from None
     return 0
