@@ -94,6 +94,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--augment", action="store_true")
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--fsdp", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
@@ -132,6 +133,7 @@ def main(argv: list[str]) -> int:
         eval_batch_size=100,
         device="cpu",
         dist_timeout=60,
+        fsdp=args.fsdp,
         tensorboard=False,
         quiet=True,
         progress=False,

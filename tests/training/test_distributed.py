@@ -140,3 +140,20 @@ def test_launch_command_runs_torchrun() -> None:
     assert cmd[-6:] == ["-m", "tfam", "train", "vit", "--data", "digits"]
     with pytest.raises(ValueError, match="nproc=0 is invalid"):
         launch_command(0, [])
+
+
+def test_fsdp_kill_and_resume_equals_one_process(runs, tmp_path: Path) -> None:
+    """FSDP (parameters sharded over the 2 ranks) trains the same model as one process, and
+    its checkpoints (gathered to full tensors on rank 0) resume after a killed rank."""
+    one, _ = runs["one"]
+    out = tmp_path / "fsdp"
+    dead, _ = run(out, *RUN, "--fsdp", env_extra={KILL_ENV: "12", KILL_RANK_ENV: "1"})
+    assert dead.returncode != 0
+    state = read_checkpoint(out / "checkpoints" / "last.pt")
+    assert state["global_step"] == 10
+    assert set(state["model"]) == set(weights(one))  # whole tensors, plain names
+    resumed, _ = run(out, *RUN, "--fsdp", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = weights(one), weights(out)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-6, msg=name)
