@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 import tfam
 from tfam.cli import build_parser
@@ -227,3 +228,52 @@ def test_corrupt_file_in_image_folder_is_named(
     line = one_line(err)
     assert "broken.png" in line and "cannot read" in line
     assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------ options passed through to the trainer
+
+
+def test_nproc_launches_torchrun_with_the_same_command(monkeypatch, cli) -> None:
+    import tfam.training.distributed as distributed
+
+    calls = []
+    monkeypatch.setattr(distributed, "launch", lambda n, argv: calls.append((n, argv)) or 0)
+    argv = ["train", "vit", "--data", "digits", "--nproc", "2", "--epochs", "1", "--quiet"]
+    code, _, err = cli(argv)
+    assert code == 0, err
+    assert calls == [(2, ["train", "vit", "--data", "digits", "--epochs", "1", "--quiet"])]
+    code, _, err = cli([*argv[:4], "--nproc=0"])
+    assert code == 2 and "--nproc 0 is invalid" in err
+
+
+def test_init_resume_and_extend(tmp_path: Path, cli, one_line) -> None:
+    """--init names a bad source in one line; a finished run resumed is said to be finished;
+    --resume --epochs N extends it."""
+    base = ["train", "vit", "--data", "digits", "--quiet", "--threads", "1"]
+    base += ["--set", "dim=16", "--set", "depth=1", "--set", "heads=2"]
+    code, _, err = cli([*base, "--out", tmp_path / "x", "--init", "no_such_model"])
+    assert code == 2 and "--init 'no_such_model' is invalid" in one_line(err)
+
+    out = tmp_path / "run"
+    code, _, err = cli([*base, "--out", out, "--epochs", "1", "--batch-size", "256"])
+    assert code == 0, err
+    code, stdout, err = cli(["train", "vit", "--data", "digits", "--out", out, "--resume"])
+    assert code == 0, err
+    assert "finished" in (stdout + err).lower()
+    code, _, err = cli(["train", "vit", "--data", "digits", "--out", out, "--resume", "--quiet",
+                        "--epochs", "2"])  # fmt: skip
+    assert code == 0, err
+    rows = (out / "metrics.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 2  # header + two epochs
+
+    # Fine-tuning from that run on an image folder with three classes: a new head.
+    folder = tmp_path / "shapes"
+    for i, name in enumerate(("a", "b", "c")):
+        (folder / name).mkdir(parents=True)
+        for j in range(4):
+            Image.new("L", (8, 8), color=60 * i + 5 * j).save(folder / name / f"{j}.png")
+    tuned = tmp_path / "tuned"
+    code, _, err = cli([*base, "--data", folder, "--out", tuned, "--init", out, "--epochs", "1",
+                        "--set", "patch_size=2"])  # fmt: skip
+    assert code == 0, err
+    assert tfam.from_pretrained(tuned).config.num_classes == 3
