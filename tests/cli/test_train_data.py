@@ -199,6 +199,7 @@ def test_image_folder_trains_predicts_and_evaluates(
     )
     assert code == 0, err
     assert (out / "model.safetensors").is_file()
+    assert (out / "curves.png").is_file()  # the curves callback the command line wires in
     pre = json.loads((out / "preprocess.json").read_text())
     assert pre["classes"] == ["bars", "columns", "spot"]
     assert pre["image_size"] == [8, 8] and pre["in_channels"] == 1 and pre["pixel_scale"] == 255

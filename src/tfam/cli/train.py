@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import shlex
 import sys
@@ -28,7 +27,7 @@ from tfam.cli.common import (
 
 # TrainConfig fields a resumed run does not take from the saved run: they say how this
 # invocation stops, talks or where it computes, not what it computes.
-PER_INVOCATION = frozenset({"max_steps", "quiet", "progress", "device"})
+PER_INVOCATION = frozenset({"max_steps", "quiet", "progress", "device", "num_workers", "init"})
 
 # Settings of the command line itself (not TrainConfig fields) that a resumed run keeps.
 _RUN_SETTINGS = ("preset", "data_root", "pad", "flip", "no_augment", "threads")
@@ -344,19 +343,14 @@ def _strip_nproc(argv: list[str]) -> list[str]:
     return out
 
 
-def _accepts(fn: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def run(args: argparse.Namespace) -> int:
     import torch
 
     import tfam
     import tfam.data
     from tfam.training import Trainer
+    from tfam.training.callbacks import CurvesCallback
+    from tfam.viz import plot_curves
 
     if args.nproc is not None:
         if args.nproc < 1:
@@ -416,10 +410,9 @@ def run(args: argparse.Namespace) -> int:
             augment.check_image_size(entry.info.image_size)
         except ValueError as err:
             raise option_error(err, {"padding": "--pad", "flip": "--flip"}) from None
-    with_val = _accepts(Trainer.__init__, "val_set") and entry.val_split is not None
     load = dict(root=settings["data_root"])
-    train_set = entry.load(entry.train_split if with_val else "train", **load)
-    val_set = entry.load(entry.val_split, **load) if with_val else None
+    train_set = entry.load(entry.train_split, **load)
+    val_set = entry.load(entry.val_split, **load) if entry.val_split else None
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
 
     hint = shlex.join(
@@ -444,14 +437,6 @@ def run(args: argparse.Namespace) -> int:
         "model_config": model.config.to_dict(),
         "title": f"{preset} on {Path(entry.name).name if entry.is_folder else entry.name}",
     }
-    kwargs: dict[str, Any] = {}
-    if with_val:
-        kwargs["val_set"] = val_set
-    if _accepts(Trainer.__init__, "callbacks"):
-        from tfam.training.callbacks import CurvesCallback
-        from tfam.viz import plot_curves
-
-        kwargs["callbacks"] = [CurvesCallback(plot_curves)]
     try:
         trainer = Trainer(
             model,
@@ -462,7 +447,8 @@ def run(args: argparse.Namespace) -> int:
             augment=augment,
             run_args=run_args,
             resume_hint=hint,
-            **kwargs,
+            val_set=val_set,
+            callbacks=[CurvesCallback(plot_curves)],
         )
         trainer.fit(resume=args.resume)
     except KeyboardInterrupt:
