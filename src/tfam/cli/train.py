@@ -96,8 +96,10 @@ EPILOG_HEAD = """examples:
   tfam train vit --data digits --out runs/d2 --set dim=32 --set depth=2 --epochs 20
   tfam train vit --data fashion-mnist --out runs/fmnist         ~91.6% in about 35 min on 2 cores
   tfam train vit --data fashion-mnist --max-steps 20 --out /tmp/smoke   quick smoke run
-  tfam train vit --data photos/ --preset vit_digits --set image_size=32 --out runs/photos
-      your own images: one sub-folder per class (PNG/JPEG)
+  tfam train vit --data photos/ --set patch_size=4 --set dim=64 --set depth=4 --set heads=4
+      your own images: one sub-folder per class (PNG/JPEG); image size and classes from them
+  tfam train vit --data photos/ --preset vit_digits --init runs/digits   fine-tune (new head)
+  tfam train vit --data digits --device cuda --precision bf16 --nproc 2    DDP on 2 GPUs
   tfam train vit --data digits --out runs/digits --resume       continue a stopped run exactly
   tfam train vit --data digits --out runs/digits --resume --epochs 200   extend a finished run
 
