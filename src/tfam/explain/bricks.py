@@ -141,7 +141,7 @@ def attention_rows(
         raise RuntimeError(f"self-attention expected equal Q, K, V shapes, got {k}")
     cross = lk is not None
     lk = lk or lq
-    masked = call.flags.get("is_causal", False) or "mask" in call.kwargs
+    causal = call.flags.get("is_causal", False)
     scores = (b, heads, nq, nk)
     n_scores = numel(scores)
     merged = ex.trace.call(mha.out_proj).inputs[0]
@@ -151,14 +151,15 @@ def attention_rows(
         f"1/sqrt({dh}) = {scale:.4g} (the head width, as in every reference "
         "implementation; the source documents write sqrt(D))"
     )
-    if masked:
-        score_note += (
-            "; masked: a query gets no weight on the keys it may not see (causal: keys after "
-            "its own position), counted dense as the kernels compute it"
-        )
+    if causal:
+        score_note += "; causal: no weight on the keys after the query's own position"
+    elif "mask" in call.kwargs:
+        score_note += "; masked: no weight on the keys the mask hides (padding)"
+    if causal or "mask" in call.kwargs:
+        score_note += ", counted dense as the kernels compute them"
     if cross:
         mix = "each query's output mixes the context tokens' values"
-    elif masked:
+    elif causal:
         mix = "each token's output mixes the values of the tokens it may see"
     else:
         mix = "each token's output mixes every token's value"

@@ -80,43 +80,35 @@ def _is_overflow(error: Exception) -> bool:
     return isinstance(error, RuntimeError | TypeError) and "overflow" in str(error).lower()
 
 
-def _overflow_error(error: Exception, what: str, culprit: str = "") -> ValueError:
-    """torch's size overflow as a ValueError: what was being built, the shape, and the culprit."""
+def _overflow_error(
+    error: Exception, what: str, culprit: str = "", fields: dict[str, Any] | None = None
+) -> ValueError:
+    """torch's size overflow as a ValueError: what was being built, the shape, and the culprit
+    (given, else the ``fields`` whose values appear in the shape, else its largest size)."""
     found = re.search(r"sizes=\[([\d, ]+)\]", str(error))
-    if found:
-        sizes = [int(s) for s in found[1].split(",")]
-        shape = " x ".join(map(str, sizes))
-        too_big = f"a tensor of shape {shape} = {math.prod(sizes):.3g} elements"
-    else:
-        sizes, too_big = [], "a size past 2**63"
+    sizes = [int(s) for s in found[1].split(",")] if found else []
+    named = [f"{k}={v!r}" for k, v in (fields or {}).items() if v in sizes]
     if not culprit:
-        culprit = f"its size {max(sizes):,} is too large" if sizes else "a size is too large"
+        culprit = f"{', '.join(named)} too large" if named else "a size too large"
+        if sizes and not named:
+            culprit = f"the size {max(sizes):,} too large"
+    shape = f"a tensor of shape {' x '.join(map(str, sizes))}" if sizes else "a size past 2**63"
     return ValueError(
-        f"too large to explain: {what} needs {too_big}, more than one tensor can hold "
-        f"(2**63 bytes); {culprit}"
+        f"too large to explain: {what} needs {shape}, more than one tensor can hold "
+        f"(2**63 bytes): {culprit}"
     )
 
 
 @contextmanager
 def size_guard(what: str, fields: dict[str, Any] | None = None) -> Iterator[None]:
     """Turn torch's size overflows (a meta tensor too large to describe) into a ValueError
-    saying what was being built and which size, naming the ``fields`` (config values) whose
-    values appear in the shape."""
+    saying what was being built and which size (naming the config ``fields`` in it)."""
     try:
         yield
     except (RuntimeError, TypeError) as error:
         if not _is_overflow(error):
             raise
-        sizes = set(map(int, re.findall(r"\d+", str(error).split("\n")[0])))
-        named = [
-            f"{k}={v!r}"
-            for k, v in (fields or {}).items()
-            if v in sizes or (isinstance(v, tuple | list) and sizes.intersection(v))
-        ]
-        culprit = (
-            f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} too large" if named else ""
-        )
-        raise _overflow_error(error, what, culprit) from None
+        raise _overflow_error(error, what, fields=fields) from None
 
 
 def _describe(name: str, module: nn.Module, args: tuple[Any, ...]) -> tuple[str, str]:
@@ -126,7 +118,7 @@ def _describe(name: str, module: nn.Module, args: tuple[Any, ...]) -> tuple[str,
         lq, lk = shapes[0][2], shapes[1][2]
         where = name.removesuffix(".kernel")
         what = f"computing the attention scores of {where} ({lq:,} queries x {lk:,} keys per head)"
-        return what, f"the sequence of {max(lq, lk):,} tokens is too long"
+        return what, f"the sequence of {max(lq, lk):,} tokens too long"
     return f"running {name or 'the model'} ({type(module).__name__} on inputs {shapes})", ""
 
 

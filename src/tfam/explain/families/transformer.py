@@ -1,0 +1,95 @@
+"""The encoder-decoder Transformer's own rows: token embedding and position for the source,
+the encoder stack, the same for the target, the decoder stack (masked self-attention,
+cross-attention over the encoder output, MLP), the LM head.
+
+Symbols: Ls source tokens, Lt target tokens (both ``max_positions``: the longest sequence the
+model takes), V vocabulary, plus the bricks' D, H, Dh, F.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from tfam.explain.api import FamilyExplainer, register_family
+from tfam.explain.blocks import stack_rows
+from tfam.explain.bricks import Explainer, norm_row
+from tfam.explain.table import ExplainRow
+from tfam.explain.trace import is_identity, linear_flops, numel
+
+
+@register_family("transformer")
+class TransformerExplainer(FamilyExplainer):
+    sample = "source-target pair"
+
+    def symbols(self) -> dict[str, int]:
+        c = self.model.config
+        n = c.max_positions
+        return {"Ls": n, "Lt": n, "V": c.vocab_size, "D": c.dim, "H": c.heads,
+                "Dh": c.head_dim, "F": c.ffn_dim}  # fmt: skip
+
+    def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        c = self.model.config
+        # Ids stay real (the model checks their range); no id is padding, so no row is masked
+        # out. The embedding lookups run on meta weights like everything else.
+        real = (c.pad_token_id + 1) % c.vocab_size
+        ids = torch.full((self.batch, c.max_positions), real, dtype=torch.long)
+        return (ids, ids.clone()), {"return_attention": True}
+
+    def _embedding(self, ex: Explainer, embed: nn.Module, side: str, L: str) -> list[ExplainRow]:
+        call, c = ex.trace.call(embed), self.model.config
+        ids, out = call.inputs[0], call.output
+        shared = side == "target" and c.share_embeddings
+        scale = f", times sqrt(D) = {math.sqrt(c.dim):.4g}" if c.scale_embeddings else ""
+        lookup = ExplainRow(
+            f"token embedding ({side})", ids, out, L, f"{L} x D",
+            0 if shared else ex.claim(f"{side} embedding", embed.tokens),
+            numel(out) if c.scale_embeddings else 0,
+            note=f"each id's row of the V x D = {c.vocab_size} x {c.dim} table{scale}"
+            + ("; the table is the source's (shared)" if shared else ""),
+        )  # fmt: skip
+        kind = "learned table" if embed.pos_embed is not None else "sinusoidal table"
+        position = ExplainRow(
+            f"+ position ({side})", out, out, f"{L} x D", f"{L} x D",
+            ex.claim(f"{side} position", embed.pos_embed), numel(out),
+            note=f"add the {kind} PE(pos) for positions 0..{L}-1",
+        )  # fmt: skip
+        return [lookup, position]
+
+    def _final_norm(self, ex: Explainer, norm: nn.Module, step: str, L: str) -> list[ExplainRow]:
+        return [] if is_identity(norm) else [norm_row(ex, norm, "", step, L)]
+
+    def rows(self, ex: Explainer) -> list[ExplainRow]:
+        m, c = self.model, self.model.config
+        head_in, logits = ex.trace.call(m.lm_head).inputs[0], ex.trace.call(m.lm_head).output
+        tied = m.lm_head.weight is m.tgt_embed.tokens.weight
+        head = ExplainRow(
+            "LM head", head_in, logits, "Lt x D", "Lt x V",
+            0 if tied else ex.claim("LM head", m.lm_head), linear_flops(m.lm_head, head_in),
+            note=f"Linear to V = {c.vocab_size} next-token logits"
+            + ("; its weight is the target embedding's (tied)" if tied else ""),
+        )  # fmt: skip
+        return [
+            *self._embedding(ex, m.src_embed, "source", "Ls"),
+            *stack_rows(ex, m.encoder, "Ls", label="enc "),
+            *self._final_norm(ex, m.encoder_norm, "encoder final LN", "Ls"),
+            *self._embedding(ex, m.tgt_embed, "target", "Lt"),
+            *stack_rows(ex, m.decoder, "Lt", memory="Ls", label="dec "),
+            *self._final_norm(ex, m.decoder_norm, "decoder final LN", "Lt"),
+            head,
+        ]
+
+    def header(self, name: str) -> list[str]:
+        c, e = self.model.config, self.symbols()
+        norm = "pre" if c.norm_first else "post"
+        return [
+            f"{name}: encoder-decoder Transformer, batch size {self.batch}",
+            f"Ls = Lt = max_positions = {e['Ls']} tokens, V = {e['V']} ids "
+            f"(embeddings {'shared' if c.share_embeddings else 'separate'}, output "
+            f"{'tied' if c.tie_output else 'untied'}), position: {c.position}",
+            f"D = {e['D']}, {c.depth} encoder + {c.decoder_depth} decoder blocks ({norm}-norm), "
+            f"H = {e['H']} heads of Dh = {e['Dh']}, F = ffn_dim = {e['F']} ({c.activation})",
+        ]
