@@ -90,7 +90,7 @@ def test_loss_is_the_mean_over_counted_tokens_whatever_the_micro_batches() -> No
     logits = reference(batch["input_ids"], batch["attention_mask"])
     mean = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
     mean.backward()
-    mean = float(mean)
+    mean = float(mean.detach())
     for accum in (1, 4):
         model = Tagger()
         trainer = Trainer(
