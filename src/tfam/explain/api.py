@@ -86,7 +86,7 @@ def _resolve_model(model_or_name: Any, overrides: dict[str, Any]) -> tuple[TfamM
     """A model to trace and the name to show. Names and directories are built on the meta
     device: no weights are allocated or loaded, so even the largest preset is instant."""
     from tfam.config import BaseConfig
-    from tfam.models.registry import PRESETS, create_model
+    from tfam.models.registry import PRESETS, create_config
 
     if isinstance(model_or_name, TfamModel):
         if overrides:
@@ -101,29 +101,26 @@ def _resolve_model(model_or_name: Any, overrides: dict[str, Any]) -> tuple[TfamM
             f"model_or_name={model_or_name!r} is invalid: expected a tfam model, a preset or "
             "family name, a model directory, or a TransformerStack"
         )
-    name = str(model_or_name)
-    building = f"building {name}" + (f" with {overrides}" if overrides else "")
+    name, path = str(model_or_name), Path(model_or_name)
     if name in PRESETS or name in MODEL_CLASSES:
-        with torch.device("meta"), size_guard(building, overrides):
-            return create_model(name, **overrides), name
-    path = Path(name)
-    if path.is_dir():
-        config_path = path / CONFIG_NAME
-        if not config_path.is_file():
+        config = create_config(name, **overrides)
+    elif path.is_dir():
+        if not (path / CONFIG_NAME).is_file():
             raise FileNotFoundError(
-                f"{config_path} not found: a model directory holds {CONFIG_NAME} and "
+                f"{path / CONFIG_NAME} not found: a model directory holds {CONFIG_NAME} and "
                 "model.safetensors (written by model.save_pretrained or `tfam train`)"
             )
         # The config fixes the architecture; the weights are not needed to explain it.
-        config = BaseConfig.from_json(config_path)
-        if overrides:
-            config = config.replace(**overrides)
-        with torch.device("meta"), size_guard(building, config.to_dict()):
-            return MODEL_CLASSES[config.family](config), name
-    raise ValueError(
-        f"model_or_name={name!r} is not a preset, a family or a model directory; "
-        f"presets: {', '.join(sorted(PRESETS))}; families: {', '.join(sorted(MODEL_CLASSES))}"
-    )
+        config = BaseConfig.from_json(path / CONFIG_NAME)
+        config = config.replace(**overrides) if overrides else config
+    else:
+        raise ValueError(
+            f"model_or_name={name!r} is not a preset, a family or a model directory; presets: "
+            f"{', '.join(sorted(PRESETS))}; families: {', '.join(sorted(MODEL_CLASSES))}"
+        )
+    building = f"building {name}" + (f" with {overrides}" if overrides else "")
+    with torch.device("meta"), size_guard(building, overrides):
+        return MODEL_CLASSES[config.family](config), name
 
 
 def _check_view(batch_size: Any, blocks: Any) -> None:

@@ -74,28 +74,31 @@ class Trace:
 # ------------------------------------------------------------------------- sizes too large
 
 
-def _is_overflow(error: Exception) -> bool:
-    # torch says "Storage size calculation overflowed" (RuntimeError) for a shape whose bytes
-    # pass 2**63, "Overflow when unpacking long" (TypeError) for a size past 2**63 itself.
-    return isinstance(error, RuntimeError | TypeError) and "overflow" in str(error).lower()
-
-
 def _overflow_error(
     error: Exception, what: str, culprit: str = "", fields: dict[str, Any] | None = None
-) -> ValueError:
+) -> ValueError | None:
     """torch's size overflow as a ValueError: what was being built, the shape, and the culprit
-    (given, else the ``fields`` whose values appear in the shape, else its largest size)."""
+    (given, else the int ``fields`` among the shape's large sizes, else its largest size).
+    None for any other error."""
+    # torch says "Storage size calculation overflowed" (RuntimeError) for a shape whose bytes
+    # pass 2**63, "Overflow when unpacking long" (TypeError) for a size past 2**63 itself.
+    if not isinstance(error, RuntimeError | TypeError) or "overflow" not in str(error).lower():
+        return None
     found = re.search(r"sizes=\[([\d, ]+)\]", str(error))
     sizes = [int(s) for s in found[1].split(",")] if found else []
-    named = [f"{k}={v!r}" for k, v in (fields or {}).items() if v in sizes]
-    if not culprit:
-        culprit = f"{', '.join(named)} too large" if named else "a size too large"
-        if sizes and not named:
-            culprit = f"the size {max(sizes):,} too large"
+    # A field is named when its value is one of the shape's large sizes (3D next to D in
+    # W_QKV), not a small one that happens to match (heads=1 and a batch of 1).
+    fields = {
+        k: v
+        for k, v in (fields or {}).items()
+        if type(v) is int and v in sizes and 64 * v >= max(sizes)
+    }
+    named = ", ".join(f"{k}={v!r}" for k, v in fields.items())
+    biggest = f"the size {max(sizes):,}" if sizes else "a size"
     shape = f"a tensor of shape {' x '.join(map(str, sizes))}" if sizes else "a size past 2**63"
     return ValueError(
         f"too large to explain: {what} needs {shape}, more than one tensor can hold "
-        f"(2**63 bytes): {culprit}"
+        f"(2**63 bytes): {culprit or (named or biggest) + ' too large'}"
     )
 
 
@@ -106,13 +109,17 @@ def size_guard(what: str, fields: dict[str, Any] | None = None) -> Iterator[None
     try:
         yield
     except (RuntimeError, TypeError) as error:
-        if not _is_overflow(error):
+        named = _overflow_error(error, what, fields=fields)
+        if named is None:
             raise
-        raise _overflow_error(error, what, fields=fields) from None
+        raise named from None
 
 
-def _describe(name: str, module: nn.Module, args: tuple[Any, ...]) -> tuple[str, str]:
+def _describe(
+    module: nn.Module, args: tuple[Any, ...], names: dict[nn.Module, str]
+) -> tuple[str, str]:
     """What a module was computing when a size overflowed, and the likely culprit."""
+    name = names[module]
     shapes = [tuple(a.shape) for a in args if isinstance(a, Tensor)]
     if isinstance(module, AttentionKernel) and len(shapes) >= 2:
         lq, lk = shapes[0][2], shapes[1][2]
@@ -170,10 +177,10 @@ def trace(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> T
             try:
                 run()
             except (RuntimeError, TypeError) as error:
-                if not _is_overflow(error) or not running:
+                named = _overflow_error(error, *_describe(*running[-1], names)) if running else None
+                if named is None:
                     raise
-                m, a = running[-1]
-                raise _overflow_error(error, *_describe(names[m], m, a)) from None
+                raise named from None
     finally:
         for h in handles:
             h.remove()
