@@ -1307,7 +1307,7 @@ class Trainer:
             test = (self.evaluate_metrics(self.test_set) or {}) if self.test_set is not None else {}
             result = self._result(test, per_epoch, stopped_early)
         else:
-            result = self._result(per_epoch, {}, stopped_early)
+            result = self._result(per_epoch if self.test_set is not None else {}, {}, stopped_early)
         if self.config.fsdp and self.dist.enabled:
             self._full_weights = self._weights_and_optimizer()[0]  # a collective
         if self.out_dir is not None and self.dist.is_main:
@@ -1317,7 +1317,9 @@ class Trainer:
             for cb in self.callbacks:
                 if hasattr(cb, "on_finish"):
                     cb.on_finish(self, result)
-        self._say(self._final_line(result), always=True)
+        # Said even when quiet: the one line a scripted run needs (nothing without a score).
+        scored = bool(result.test_metrics or result.val_metrics)
+        self._say(self._final_line(result), always=scored)
         return result
 
     def _result(
@@ -1327,7 +1329,7 @@ class Trainer:
         stopped_early: bool,
         already_finished: bool = False,
     ) -> TrainResult:
-        if self.val_set is None and not test:
+        if self.val_set is None and not test and self.test_set is not None:
             test = self._final_row_metrics()
         best = self._best_row()
         best_score = self._score(best) if best is not None else math.nan
