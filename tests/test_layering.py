@@ -75,7 +75,11 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
                 anchor = name.split(".") if is_pkg else name.split(".")[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            # `from pkg import mod` depends on the module; `from pkg import name` on pkg.
+            subs = [f"{base}.{a.name}" for a in node.names]
+            targets = [t for t in subs if t in known]
+            if len(targets) < len(subs):
+                targets.append(base)
         for t in targets:
             if t in known and t != name:
                 out.add(t)
@@ -158,9 +162,4 @@ def test_the_import_reader_sees_lazy_and_relative_imports(tmp_path):
     f = pkg / "x.py"
     f.write_text("def f():\n    from tfam.models import base\nfrom . import y\n")
     known = {"tfam.models", "tfam.models.base", "tfam.layers.y", "tfam.layers"}
-    assert imports_of("tfam.layers.x", f, known) == {
-        "tfam.models",
-        "tfam.models.base",
-        "tfam.layers",
-        "tfam.layers.y",
-    }
+    assert imports_of("tfam.layers.x", f, known) == {"tfam.models.base", "tfam.layers.y"}

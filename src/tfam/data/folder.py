@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tfam.data.imageio import open_image, resize_image, to_mode
 from tfam.data.images import check_split, holdout_split
-from tfam.data.preprocess import open_image, resize_image, to_mode
 
 __all__ = ["FOLDER_SPLITS", "IMAGE_EXTENSIONS", "FolderIndex", "ImageFolder", "scan_folder"]
 
