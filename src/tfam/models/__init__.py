@@ -2,12 +2,15 @@
 
 from tfam.models.base import MODEL_CLASSES, TfamModel, from_pretrained
 from tfam.models.registry import PRESETS, count_parameters, create_config, create_model, list_models
+from tfam.models.transformer import Transformer, TransformerConfig
 from tfam.models.vit import ViT, ViTConfig
 
 __all__ = [
     "MODEL_CLASSES",
     "PRESETS",
     "TfamModel",
+    "Transformer",
+    "TransformerConfig",
     "ViT",
     "ViTConfig",
     "count_parameters",

@@ -74,6 +74,19 @@ class TfamModel(nn.Module):
         """Hook for loading weights saved under another config (e.g. another image size)."""
         return state
 
+    def tied_aliases(self) -> dict[str, str]:
+        """State-dict names that share their tensor with an earlier name (tied embeddings):
+        alias -> the name that is saved."""
+        first: dict[tuple[int, tuple[int, ...]], str] = {}
+        aliases = {}
+        for name, t in self.state_dict(keep_vars=True).items():
+            key = (t.data_ptr(), tuple(t.shape))
+            if t.device.type != "meta" and key in first:
+                aliases[name] = first[key]
+            else:
+                first.setdefault(key, name)
+        return aliases
+
     def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
         """Random inputs of the right shape for ``forward`` (contract tests, explain, bench)."""
         raise NotImplementedError(f"{type(self).__name__} does not define example_inputs")
@@ -85,7 +98,12 @@ class TfamModel(nn.Module):
         from safetensors.torch import save
 
         directory = Path(directory)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        aliases = self.tied_aliases()
+        state = {
+            k: v.detach().contiguous().cpu()
+            for k, v in self.state_dict().items()
+            if k not in aliases
+        }
         metadata = {
             "format": "pt",
             "family": self.config.family,
@@ -165,7 +183,12 @@ def from_pretrained(
     model = MODEL_CLASSES[config.family](config)
     state = model.adapt_state_dict(_read_weights(weights_path, map_location), saved)
     try:
-        model.load_state_dict(state)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        untied = sorted(set(missing) - set(model.tied_aliases()))
+        if untied or unexpected:
+            raise RuntimeError(
+                f"missing keys {untied[:5]}, unexpected keys {sorted(unexpected)[:5]}"
+            )
     except RuntimeError as err:
         detail = " ".join(str(err).split())
         raise ValueError(f"{config_path} disagrees with {weights_path}: {detail[:400]}") from None

@@ -1,0 +1,289 @@
+"""The encoder–decoder Transformer (Vaswani et al. 2017), as the source documents walk through it:
+
+source ids (B, Ls)                                target ids (B, Lt), starting with <bos>
+  -> embedding x sqrt(D) + sinusoidal position      -> embedding x sqrt(D) + sinusoidal position
+  -> N x [ X1 = LN(X0 + MHSA(X0));                  -> N x [ X1 = LN(X0 + MaskedMHSA(X0));
+           X_out = LN(X1 + FFN(X1)) ]                       X2 = LN(X1 + CrossAttn(X1, M));
+  = memory M (B, Ls, D)                                      X_out = LN(X2 + FFN(X2)) ]
+                                                    -> Linear -> softmax over the vocabulary
+
+PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)), from pos 0.
+Padding (``pad_token_id``) is masked on both sides; the decoder cannot see the future. Post-norm
+blocks as in the paper (``norm_first=True`` for pre-norm); the source, target and output
+embeddings may share one matrix (``share_embeddings``, ``tie_output``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
+from tfam.generation import DecodingState, GenerationMixin
+from tfam.layers import TransformerStack, make_norm, pad_token_mask, sinusoidal_table
+from tfam.models.base import TfamModel
+from tfam.models.registry import register_preset
+
+
+@dataclass
+class TransformerConfig(BaseConfig):
+    """The encoder–decoder. ``depth`` blocks in each stack unless ``decoder_depth`` differs;
+    ``vocab_size`` is the joint (source and target) vocabulary of one tokenizer."""
+
+    family: ClassVar[str] = "transformer"
+    positions: ClassVar[tuple[str, ...]] = ("sinusoidal", "learned")
+
+    dim: int = 512
+    depth: int = 6
+    heads: int = 8
+    ffn_dim: int | None = 2048
+    activation: str = "relu"
+    norm_eps: float = 1e-5
+    norm_first: bool = False
+    dropout: float = 0.1
+    position: str = "sinusoidal"
+    init_std: float = 0.02
+    decoder_depth: int | None = None  # None -> depth
+    vocab_size: int = 32000
+    max_positions: int = 512
+    pad_token_id: int = 0
+    bos_token_id: int = 1
+    eos_token_id: int = 2
+    share_embeddings: bool = True  # one matrix for source and target tokens
+    tie_output: bool = True  # the output projection is the target embedding (transposed)
+    final_norm: bool | None = None  # None -> True with pre-norm blocks, False with post-norm
+    scale_embeddings: bool = True  # multiply embeddings by sqrt(D), as in the paper
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.decoder_depth is None:
+            self.decoder_depth = self.depth
+        check_positive_int("decoder_depth", self.decoder_depth, allow_zero=True)
+        check_positive_int("vocab_size", self.vocab_size)
+        check_positive_int("max_positions", self.max_positions)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            check_positive_int(name, value, allow_zero=True)
+            if value >= self.vocab_size:
+                raise config_error(
+                    name, value, f"expected an id below vocab_size={self.vocab_size}"
+                )
+        if self.final_norm is None:
+            self.final_norm = bool(self.norm_first)
+        for name in ("share_embeddings", "tie_output", "final_norm", "scale_embeddings"):
+            check_bool(name, getattr(self, name))
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids (B, L) -> (B, L, D): lookup x sqrt(D) + position table, then dropout."""
+
+    def __init__(self, config: TransformerConfig, tokens: nn.Embedding) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(config.dim) if config.scale_embeddings else 1.0
+        self.max_positions = config.max_positions
+        if config.position == "sinusoidal":
+            table = sinusoidal_table(config.max_positions, config.dim)
+            self.register_buffer("pos_table", table, persistent=False)
+            self.pos_embed = None
+        else:
+            self.pos_table = None
+            self.pos_embed = nn.Parameter(torch.zeros(config.max_positions, config.dim))
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+        end = offset + ids.shape[1]
+        if end > self.max_positions:
+            raise ValueError(
+                f"the sequence needs {end} positions; this model has max_positions="
+                f"{self.max_positions} (shorten the input or truncate it)"
+            )
+        table = self.pos_table if self.pos_table is not None else self.pos_embed
+        x = self.tokens(ids) * self.scale + table[offset:end].to(self.tokens.weight.dtype)
+        return self.dropout(x)
+
+
+class Transformer(GenerationMixin, TfamModel):
+    config_class = TransformerConfig
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config)
+        c = config
+        src_tokens = nn.Embedding(c.vocab_size, c.dim)
+        tgt_tokens = src_tokens if c.share_embeddings else nn.Embedding(c.vocab_size, c.dim)
+        self.src_embed = TokenEmbedding(c, src_tokens)
+        self.tgt_embed = TokenEmbedding(c, tgt_tokens)
+        self.encoder = TransformerStack(c, kind="encoder")
+        self.decoder = TransformerStack(c.replace(depth=c.decoder_depth), kind="decoder")
+        self.encoder_norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
+        self.decoder_norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
+        self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+        self.init_weights()
+        if c.tie_output:
+            self.lm_head.weight = tgt_tokens.weight
+
+    def init_weights(self) -> None:
+        super().init_weights()
+        std = self.config.init_std
+        for module in self.modules():
+            if isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=std)
+            if isinstance(module, TokenEmbedding) and module.pos_embed is not None:
+                nn.init.normal_(module.pos_embed, std=std)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"src_embed.pos_embed", "tgt_embed.pos_embed"}
+
+    def check_ids(self, ids: Tensor, name: str) -> None:
+        if ids.ndim != 2 or ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(
+                f"{name} has shape {tuple(ids.shape)} and dtype {ids.dtype}; expected token ids (B, L) of int64"
+            )
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"{name} holds ids in [{int(ids.min())}, {int(ids.max())}]; expected 0 <= id < "
+                f"vocab_size={self.config.vocab_size}"
+            )
+
+    def encode(
+        self, src_ids: Tensor, src_mask: Tensor | None = None, return_attention: bool = False
+    ) -> tuple[Tensor, Tensor | None, list[Tensor] | None]:
+        """(B, Ls) -> memory (B, Ls, D), its key mask (B, 1, 1, Ls) or None, weights."""
+        self.check_ids(src_ids, "src_ids")
+        mask = (
+            src_mask[:, None, None, :].bool()
+            if src_mask is not None
+            else pad_token_mask(src_ids, self.config.pad_token_id)
+        )
+        x, weights = self.encoder(self.src_embed(src_ids), mask=mask, need_weights=return_attention)
+        return self.encoder_norm(x), mask, weights
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor | None,
+        tgt_mask: Tensor | None = None,
+        cache: Any = None,
+        return_attention: bool = False,
+    ) -> tuple[Tensor, list[Any] | None]:
+        """(B, Lt) target ids (the new ones when cached) -> logits (B, Lt, V), weights."""
+        self.check_ids(tgt_ids, "tgt_ids")
+        offset = cache.position if cache is not None else 0
+        x = self.tgt_embed(tgt_ids, offset)
+        self_mask = None
+        if tgt_mask is not None:
+            self_mask = tgt_mask[:, None, None, :].bool()
+        elif cache is None:
+            self_mask = pad_token_mask(tgt_ids, self.config.pad_token_id)
+        x, weights = self.decoder(
+            x,
+            mask=self_mask,
+            memory=memory,
+            memory_mask=memory_mask,
+            cache=cache,
+            need_weights=return_attention,
+        )
+        return self.lm_head(self.decoder_norm(x)), weights
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, dict[str, list[Any]]]:
+        """src_ids (B, Ls), tgt_ids (B, Lt) (the target shifted right: <bos> y1 ... ) ->
+        logits (B, Lt, V) of the next target token at each position. Masks (B, L), True = real
+        token; by default every id equal to ``pad_token_id`` is padding. With
+        ``return_attention`` also {"encoder": N x (B, H, Ls, Ls), "decoder": N x (self
+        (B, H, Lt, Lt), cross (B, H, Lt, Ls))}."""
+        memory, memory_mask, enc_w = self.encode(src_ids, src_mask, return_attention)
+        logits, dec_w = self.decode(tgt_ids, memory, memory_mask, tgt_mask, None, return_attention)
+        if return_attention:
+            return logits, {"encoder": enc_w or [], "decoder": dec_w or []}
+        return logits
+
+    # -- decoding (tfam.generation) --------------------------------------------------------
+    def prepare_decoding(
+        self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int, use_cache: bool
+    ) -> tuple[DecodingState, Tensor]:
+        limit = self.config.max_positions
+        if max_new_tokens + 1 > limit:
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens} is invalid: the decoder has max_positions="
+                f"{limit}, so at most {limit - 1} new tokens follow <bos>"
+            )
+        memory, memory_mask, _ = self.encode(input_ids, attention_mask)
+        cache = self.decoder.make_cache(max_new_tokens + 1) if use_cache else None
+        state = DecodingState(cache=cache, extras={"memory": memory, "memory_mask": memory_mask})
+        start = torch.full(
+            (input_ids.shape[0], 1),
+            self.config.bos_token_id,
+            dtype=torch.long,
+            device=input_ids.device,
+        )
+        return state, start
+
+    def decode_step(self, state: DecodingState, ids: Tensor) -> Tensor:
+        memory = state.extras["memory"]
+        if state.cache is not None and state.cache.position > 0:
+            memory = None  # the cross-attention keys and values are cached
+        logits, _ = self.decode(
+            ids,
+            memory,
+            state.extras["memory_mask"],
+            tgt_mask=torch.ones_like(ids, dtype=torch.bool),
+            cache=state.cache,
+        )
+        return logits[:, -1]
+
+    def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
+        """Random source (B, 7) and target (B, 5) ids, no padding."""
+        c = self.config
+        low = max(c.pad_token_id, c.bos_token_id, c.eos_token_id) + 1
+        high = max(low + 1, c.vocab_size)
+        src = torch.randint(low, high, (batch_size, 7))
+        tgt = torch.randint(low, high, (batch_size, 5))
+        tgt[:, 0] = c.bos_token_id
+        return src, tgt
+
+
+def _transformer(name: str, description: str, **values: Any) -> None:
+    register_preset(name, "transformer", description, **values)
+
+
+_transformer(
+    "transformer_base",
+    "the base Transformer of Vaswani et al. 2017: D=512, H=8, N=6, d_ff=2048, post-norm",
+    dim=512,
+    heads=8,
+    depth=6,
+    ffn_dim=2048,
+)
+_transformer(
+    "transformer_big",
+    "the big Transformer of Vaswani et al. 2017: D=1024, H=16, N=6, d_ff=4096, dropout 0.3",
+    dim=1024,
+    heads=16,
+    depth=6,
+    ffn_dim=4096,
+    dropout=0.3,
+)
+_transformer(
+    "transformer_tiny",
+    "small pre-norm encoder–decoder that trains on 2 CPU cores: D=128, H=4, N=3, d_ff=512, "
+    "8k vocabulary",
+    dim=128,
+    heads=4,
+    depth=3,
+    ffn_dim=512,
+    vocab_size=8000,
+    norm_first=True,
+    max_positions=256,
+)
