@@ -574,6 +574,10 @@ class Trainer:
             f"{self.task.unit}_per_s",
         )
 
+    @property
+    def _unit_short(self) -> str:
+        return {"images": "img", "tokens": "tok"}.get(self.task.unit, self.task.unit)
+
     def elapsed(self) -> float:
         """Seconds of this run so far, summed over resumes."""
         return self._elapsed_base + time.perf_counter() - self._t0
@@ -789,6 +793,8 @@ class Trainer:
         )
         if sums is not None:
             self.sums = dict(sums)
+            if "count" not in self.sums and "seen" in self.sums:  # a format-1 checkpoint
+                self.sums["count"] = self.sums["seen"]
 
     def _weights_and_optimizer(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         if self.config.fsdp and self.dist.enabled:
@@ -1182,7 +1188,7 @@ class Trainer:
                     post = {k: f"{v:.4f}" for k, v in shown.items() if k != "acc"}
                     if "acc" in shown:
                         post["acc"] = f"{100 * shown['acc']:.2f}%"
-                    post[f"{self.task.unit[:3]}/s"] = (
+                    post[f"{self._unit_short}/s"] = (
                         f"{s['seen'] * self.dist.world_size / max(s['train_seconds'], 1e-9):.0f}"
                     )
                     bar.set_postfix(post, refresh=False)
@@ -1243,7 +1249,7 @@ class Trainer:
             parts.append(" ".join(text) + " ")
         unit = f"{self.task.unit}_per_s"
         parts.append(
-            f"lr {row['lr']:.2e}  {row[unit]:.0f} {self.task.unit[:3]}/s  {row['seconds']:.1f} s"
+            f"lr {row['lr']:.2e}  {row[unit]:.0f} {self._unit_short}/s  {row['seconds']:.1f} s"
         )
         return " ".join(parts)
 
