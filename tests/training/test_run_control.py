@@ -223,3 +223,10 @@ def test_training_does_not_import_the_plotting_code() -> None:
                 names = [node.module]
             for name in names:
                 assert not name.startswith(("tfam.viz", "tfam.cli")), (path.name, name)
+
+
+def test_every_config_field_has_help_for_the_command_line() -> None:
+    import dataclasses
+
+    for f in dataclasses.fields(TrainConfig):
+        assert isinstance(f.metadata.get("help"), str) and f.metadata["help"], f.name
