@@ -893,6 +893,11 @@ class Trainer:
             )
             if self.dist.is_main:
                 self._set_rank_state(state["rng"], None)
+            else:  # a stream of its own, reproducible from the seed, rank and step
+                seed = self.config.seed + 104_729 * self.dist.rank + int(state["global_step"])
+                torch.manual_seed(seed)
+                random.seed(seed)
+                np.random.seed(seed % 2**32)
             self.sums = self._zero_sums()
         self.epoch = int(state["epoch"])
         self.batch_in_epoch = int(state["batch_in_epoch"])
