@@ -70,12 +70,13 @@ def test_sigkill_mid_epoch_then_resume_is_bit_exact(tmp_path: Path) -> None:
     done = tfam_cli([*CLI_RUN, "--out", str(straight)])
     assert done.returncode == 0, done.stderr
 
-    # Step 33 is in epoch 2 (steps 24..46), 3 steps after the checkpoint of step 30.
+    # The CLI trains on digits' fit split (1,295 images: 21 steps of 64 per epoch). Step 33 is
+    # in epoch 2 (steps 22..42), 3 steps after the checkpoint of step 30.
     dead = tfam_cli([*CLI_RUN, "--out", str(killed)], {KILL_ENV: "33"})
     assert dead.returncode == -signal.SIGKILL, dead.stderr
     assert not (killed / "model.safetensors").exists()
     state = read_checkpoint(killed / "checkpoints" / "last.pt")
-    assert (state["epoch"], state["batch_in_epoch"], state["global_step"]) == (1, 7, 30)
+    assert (state["epoch"], state["batch_in_epoch"], state["global_step"]) == (1, 9, 30)
     assert state["permutation"] is not None  # mid-epoch: the epoch's data order is saved
     assert read_checkpoint(killed / "checkpoints" / "prev.pt")["global_step"] == 25
 
@@ -100,7 +101,7 @@ def test_sigkill_mid_epoch_then_resume_is_bit_exact(tmp_path: Path) -> None:
     ra, rb = read_metrics_csv(straight / "metrics.csv"), read_metrics_csv(killed / "metrics.csv")
     assert len(ra) == len(rb) == 3
     for x, y in zip(ra, rb):
-        for col in ("epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc", "lr"):
+        for col in ("epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "lr"):
             assert x[col] == y[col], col
 
 
