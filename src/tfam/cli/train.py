@@ -352,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
     import tfam.data
     from tfam.training import Trainer
     from tfam.training.callbacks import CurvesCallback
+    from tfam.training.distributed import dist_info
     from tfam.viz import plot_curves
 
     if args.nproc is not None:
@@ -420,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
     hint = shlex.join(
         ["tfam", "train", args.family, "--data", args.data, "--out", str(out), "--resume"]
     )
-    if not config.quiet:
+    if not config.quiet and dist_info().is_main:  # under torchrun, rank 0 alone speaks
         params = sum(p.numel() for p in model.parameters())
         sizes = f"{len(train_set)} train"
         sizes += f" / {len(val_set)} val" if val_set is not None else ""
