@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from tfam.fileio import atomic_write_bytes, fsync_dir
+
 __all__ = [
     "LAST",
     "PREV",
@@ -52,39 +54,6 @@ class CheckpointError(ValueError):
 
 class CheckpointWarning(UserWarning):
     """A bad checkpoint was skipped in favour of an older good one."""
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename durable; not every platform lets a directory be opened (Windows).
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically: temp file in the same directory, flush, fsync,
-    ``os.replace``, fsync the directory."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
 
 
 def encode_checkpoint(state: dict[str, Any], **header: Any) -> bytes:
@@ -153,7 +122,7 @@ def save_checkpoint(state: dict[str, Any], directory: str | os.PathLike, **heade
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return last
 
 
@@ -190,7 +159,7 @@ def load_latest(directory: str | os.PathLike) -> tuple[dict[str, Any], Path] | N
             bad = directory / LAST
             if bad.exists():
                 os.replace(bad, bad.with_name(LAST + ".corrupt"))
-                _fsync_dir(directory)
+                fsync_dir(directory)
             warnings.warn(
                 f"{errors[0]}; resuming from the previous good checkpoint {path} instead "
                 f"(the bad file is kept as {LAST}.corrupt)",
