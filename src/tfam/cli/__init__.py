@@ -11,7 +11,7 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `tfam --help` lists them.
-COMMAND_MODULES = ["list", "explain", "train", "eval", "predict", "viz", "convert"]
+COMMAND_MODULES = ["list", "explain", "train", "eval", "predict", "translate", "viz", "convert"]
 
 EPILOG = """examples:
   tfam list 'vit*'                                 presets with their sizes
@@ -20,6 +20,10 @@ EPILOG = """examples:
   tfam train vit --data photos/ --set patch_size=4  ... or on your own image folder
   tfam eval runs/digits                            accuracy, per-class table, confusion matrix
   tfam viz attention runs/digits digit.png --out attention.png
+  tfam train transformer --data kjv-rv --out runs/kjv-rv   English -> Spanish translation
+  tfam translate runs/kjv-rv "In the beginning God created the heaven and the earth."
+  tfam eval runs/kjv-rv                            sacreBLEU and chrF on held-out books
+  tfam viz attention runs/kjv-rv "Let there be light." --out align.png   cross-attention
 """
 
 

@@ -1,4 +1,5 @@
-"""`tfam eval DIR`: accuracy, per-class accuracy and confusion matrix of a trained model."""
+"""`tfam eval DIR`: accuracy, per-class accuracy and confusion matrix of an image model; BLEU
+and chrF of a seq2seq (translation) run on its held-out sentences."""
 
 from __future__ import annotations
 
@@ -6,18 +7,31 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 from tfam.cli.common import add_device_option, device_from, resolve_model
+from tfam.cli.translate import add_decoding_options, run_is_seq2seq
 
 EPILOG = """examples:
   tfam eval runs/digits                        test split of the dataset it was trained on
   tfam eval runs/digits --split train --out runs/digits/confusion_train.png
   tfam eval runs/photos --split val --device cuda       a model trained on an image folder
+  tfam eval runs/kjv-rv                        sacreBLEU and chrF of a translation run, beam 4
+  tfam eval runs/kjv-rv --limit 200 --beam 1   a quick check on the first 200 sentences
 
-Prints the accuracy and a per-class table, writes the confusion matrix (rows = true class)
-as a PNG (default DIR/confusion.png) and every number into DIR/eval.json.
+Image runs: prints the accuracy and a per-class table, writes the confusion matrix (rows =
+true class) as a PNG (default DIR/confusion.png) and every number into DIR/eval.json.
+
+Seq2seq runs: translates the held-out sentences (sorted by length, in batches) and prints
+sacreBLEU and chrF (the sacrebleu package with its default tokenisation, one reference per
+sentence) and a few translations beside their references; writes the scores into
+DIR/eval.json and every translation, one per line, to --out (default
+DIR/translations_SPLIT.txt). Sources longer than the model's positions are truncated (counted).
 """
+
+EXAMPLES_SHOWN = 5
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,16 +60,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--out",
-        metavar="PNG",
+        metavar="FILE",
         default=None,
-        help="confusion matrix image (default: DIR/confusion.png)",
+        help="confusion matrix image (default: DIR/confusion.png); for a seq2seq run the "
+        "translations (default: DIR/translations_SPLIT.txt)",
     )
     p.add_argument(
         "--root", metavar="DIR", default=None, help="where to look first for dataset files"
     )
     p.add_argument(
-        "--batch-size", type=int, default=256, help="images per forward pass (default: 256)"
+        "--batch-size",
+        type=int,
+        default=None,
+        help="images per forward pass (default: 256), or sentences per generate call (default: 32)",
     )
+    s = p.add_argument_group("seq2seq runs")
+    s.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="evaluate the first N sentences of the split only (quick checks)",
+    )
+    add_decoding_options(s, truncate=False)
     add_device_option(p)
     p.set_defaults(func=run)
 
@@ -74,7 +101,15 @@ def run(args: argparse.Namespace) -> int:
     from tfam.viz import plot_confusion
 
     source = resolve_model(args.dir, what="DIR", kinds=("dir",))
+    if run_is_seq2seq(source):
+        return run_seq2seq(args)
+    if args.limit is not None:
+        raise ValueError(
+            "--limit is for seq2seq runs; an image run is evaluated on its whole split"
+        )
     run_dir = Path(args.dir)
+    if args.batch_size is None:
+        args.batch_size = 256
     if args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} is invalid: expected an int >= 1")
     device = device_from(args)
@@ -143,4 +178,127 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(f"confusion matrix: {out}")
     print(f"numbers: {run_dir / 'eval.json'}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Seq2seq runs
+
+
+def _run_data(run_dir: Path) -> str | None:
+    """The dataset a run was trained on (train_args.json), or None."""
+    try:
+        saved = json.loads((run_dir / "train_args.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return saved.get("data") if isinstance(saved, dict) else None
+
+
+def _pairs(data: Any, name: str, split: str) -> list[tuple[str, str]]:
+    pairs = getattr(data, "pairs", None)
+    if pairs is None:
+        raise ValueError(
+            f"--data {name} {split} holds no text pairs (source, target): a seq2seq run is "
+            "evaluated on a text-to-text dataset"
+        )
+    return [(str(a), str(b)) for a, b in pairs]
+
+
+def run_seq2seq(args: argparse.Namespace) -> int:
+    """Translate the held-out split and score it with sacreBLEU and chrF."""
+    import sacrebleu
+
+    from tfam.cli.translate import check_decoding, decode, load_seq2seq, translate_ids
+    from tfam.data import resolve_data
+
+    run_dir = Path(args.dir)
+    if args.batch_size is None:
+        args.batch_size = 32
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit {args.limit} is invalid: expected an int >= 1")
+    check_decoding(args, max_positions=2**31)  # --beam 0 fails before any loading
+    name = args.data or _run_data(run_dir)
+    if not name:
+        raise ValueError(f"{run_dir}/train_args.json names no dataset: pass --data NAME")
+    entry = resolve_data(name)
+    split = args.split or entry.test_split or entry.val_split
+    if split not in entry.splits:
+        raise ValueError(
+            f"--split {split!r} is invalid for {entry.name}: expected one of "
+            f"{', '.join(entry.splits)}"
+        )
+    run = load_seq2seq(args.dir, device_from(args), "eval")
+    check_decoding(args, run.max_positions)
+    pairs = _pairs(entry.load(split, root=args.root), entry.name, split)
+    total = len(pairs)
+    if args.limit is not None:
+        pairs = pairs[: args.limit]
+    if not pairs:
+        raise ValueError(f"{entry.name} {split} holds no sentences")
+    # Held-out text is taken as it is: an overlong source is cut (and counted), not refused.
+    limit = run.max_positions - 1  # room for <eos>
+    sources, truncated = [], 0
+    for src, _ in pairs:
+        ids = list(run.tokenizer.encode(src))
+        truncated += len(ids) > limit
+        sources.append(ids[:limit] + [run.tokenizer.eos_id])
+    shown = f"first {len(pairs)} of {total}" if len(pairs) < total else f"{total}"
+    decoding = (
+        "greedy" if args.beam == 1 else f"beam {args.beam}, length penalty {args.length_penalty:g}"
+    )
+    print(f"model {run_dir} on {entry.name} {split}: {shown} sentences, {decoding}", flush=True)
+    outputs = translate_ids(
+        run,
+        sources,
+        beam=args.beam,
+        length_penalty=args.length_penalty,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        progress=True,
+    )
+    hyps = [decode(run, ids) for ids in outputs]
+    refs = [ref for _, ref in pairs]
+    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu = bleu_metric.corpus_score(hyps, [refs])
+    chrf = chrf_metric.corpus_score(hyps, [refs])
+    print(f"BLEU: {bleu.score:.2f}  ({bleu_metric.get_signature()})")
+    print(f"chrF: {chrf.score:.2f}  ({chrf_metric.get_signature()})")
+    if truncated:
+        print(f"note: {truncated} sources longer than {limit} tokens were truncated")
+    examples = []
+    print()
+    print("examples:")
+    for (src, ref), hyp in list(zip(pairs, hyps))[:EXAMPLES_SHOWN]:
+        examples.append({"source": src, "reference": ref, "translation": hyp})
+        print(f"  source:      {src}")
+        print(f"  reference:   {ref}")
+        print(f"  translation: {hyp}")
+        print()
+
+    out = Path(args.out) if args.out else run_dir / f"translations_{split}.txt"
+    from tfam.fileio import atomic_write_bytes
+
+    atomic_write_bytes(out, "".join(h.replace("\n", " ") + "\n" for h in hyps).encode())
+    numbers = {
+        "model_dir": str(run_dir),
+        "dataset": entry.name,
+        "split": split,
+        "num_sentences": len(pairs),
+        "split_size": total,
+        "beam": args.beam,
+        "length_penalty": args.length_penalty,
+        "max_new_tokens": args.max_new_tokens,
+        "bleu": bleu.score,
+        "bleu_signature": str(bleu_metric.get_signature()),
+        "bleu_detail": str(bleu),
+        "chrf": chrf.score,
+        "chrf_signature": str(chrf_metric.get_signature()),
+        "truncated_sources": truncated,
+        "examples": examples,
+        "translations": str(out),
+    }
+    _write_json(run_dir / "eval.json", numbers)
+    print(f"translations: {out}")
+    print(f"numbers: {run_dir / 'eval.json'}")
+    sys.stdout.flush()
     return 0

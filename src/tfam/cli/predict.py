@@ -1,4 +1,5 @@
-"""`tfam predict DIR IMAGE...`: the top-k classes of each image, with probabilities."""
+"""`tfam predict DIR IMAGE...`: the top-k classes of each image, with probabilities (for a
+seq2seq run: the translation of each sentence, as `tfam translate`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import argparse
 from pathlib import Path
 
 from tfam.cli.common import add_device_option, device_from, resolve_model
+from tfam.cli.translate import run_is_seq2seq
 
 EPILOG = """examples:
   tfam predict runs/digits my_digit.png                 top 5 classes with probabilities
   tfam predict runs/digits a.png b.jpg --top-k 3
   tfam predict runs/digits test:0 test:1                samples of the run's dataset
   tfam predict runs/photos val:0 cat.jpg --device cuda  a model trained on an image folder
+  tfam predict runs/kjv-rv "And God saw the light."     a seq2seq run: its translation
 
 Images are converted as the model needs (grayscale/RGB, resized, scaled as in training).
 For digits-like data (one channel, light on dark), an image with a bright border (ink on
@@ -43,7 +46,7 @@ def image_options(args: argparse.Namespace) -> dict:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "predict",
-        help="top-k classes with probabilities for image files",
+        help="top-k classes for image files (seq2seq runs: translations)",
         description="Classify image files (PNG, JPEG, ... via Pillow) with a trained model.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -55,9 +58,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "images",
         metavar="IMAGE",
         nargs="+",
-        help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset",
+        help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset; for a "
+        "seq2seq run, a sentence",
     )
-    p.add_argument("--top-k", type=int, default=5, help="classes to list per image (default: 5)")
+    p.add_argument(
+        "--top-k", type=int, default=5, help="classes to list per image (default: 5; images only)"
+    )
     add_image_options(p)
     add_device_option(p)
     p.set_defaults(func=run)
@@ -71,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise ValueError(f"--top-k {args.top_k} is invalid: expected an int >= 1")
     source = resolve_model(args.dir, what="DIR", kinds=("dir",))
+    if run_is_seq2seq(source):
+        return _translate(args)
     device = device_from(args)
     pre = load_preprocess(Path(args.dir))
     # Read every image before any output: a bad file fails the command up front.
@@ -97,3 +105,16 @@ def run(args: argparse.Namespace) -> int:
         if n + 1 < len(inputs):
             print()
     return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    """A seq2seq run: each argument translated with translate's default decoding."""
+    from tfam.cli import translate
+
+    parser = argparse.ArgumentParser(add_help=False)
+    translate.add_decoding_options(parser)
+    defaults = parser.parse_args([])
+    for name, value in vars(defaults).items():
+        setattr(args, name, value)
+    args.texts = list(args.images)
+    return translate.run(args)

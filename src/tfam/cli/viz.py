@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from tfam.cli.common import add_device_option, device_from, resolve_model
@@ -11,6 +12,7 @@ from tfam.cli.predict import add_image_options, image_options
 EPILOG = """examples:
   tfam viz attention runs/digits test:0 --out attention.png    a test image of the run's dataset
   tfam viz attention runs/digits my_digit.png --layer 1 --out first_block.png
+  tfam viz attention runs/kjv-rv "And God said, Let there be light." --out align.png
   tfam viz pos runs/digits --out position.png
   tfam viz curves runs/digits --out curves.png
 """
@@ -19,12 +21,19 @@ ATTENTION_EPILOG = """examples:
   tfam viz attention runs/digits test:0 --out attention.png
   tfam viz attention runs/digits my_digit.png --layer 1 --out first_block.png
   tfam viz attention runs/digits test:0 --device cuda
+  tfam viz attention runs/kjv-rv "And God said, Let there be light." --out align.png
+  tfam viz attention runs/copy "a b c d e" --layer 1 --out copy_align.png
 
-Panels: the input, then where the [CLS] token looks in block --layer, one map per head, then the
+Image runs. Panels: the input, then where the [CLS] token looks in block --layer, one map per head, then the
 attention rollout through all blocks (Abnar & Zuidema 2020: average the heads, add the
 identity for the residual path, renormalise rows, multiply through the blocks; the [CLS] row
 over the patches). Models without a [CLS] token (pool='mean') show the mean attention each
 patch receives instead. Heat maps are upsampled to the image size and laid over it.
+
+Seq2seq runs (an encoder–decoder with tokenizer.json): the sentence is translated (greedy),
+then the cross-attention of decoder block --layer is drawn as a target x source alignment, the
+tokens as tick labels: one panel per head and their mean. Row t is where the decoder looked
+while writing target token t.
 """
 
 POS_EPILOG = """example:
@@ -60,18 +69,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "attention",
-        help="per-head [CLS] attention and attention rollout over an image",
-        description="Per-head attention of the [CLS] token and attention rollout over an image.",
+        help="per-head [CLS] attention and rollout over an image, or a seq2seq run's "
+        "cross-attention alignment for a sentence",
+        description="Per-head attention of the [CLS] token and attention rollout over an image; "
+        "for a seq2seq run, the cross-attention alignment (target x source tokens) of a sentence.",
         epilog=ATTENTION_EPILOG,
         formatter_class=raw,
     )
     _dir_arg(p)
     p.add_argument(
         "image",
-        metavar="IMAGE",
-        help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset",
+        metavar="INPUT",
+        help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset; for a "
+        "seq2seq run, a sentence",
     )
-    p.add_argument("--out", metavar="PNG", default=None, help="default: DIR/attention.png")
+    p.add_argument(
+        "--out",
+        metavar="PNG",
+        default=None,
+        help="default: DIR/attention.png (seq2seq runs: DIR/alignment.png)",
+    )
     p.add_argument(
         "--layer",
         type=int,
@@ -85,6 +102,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="rollout: drop this fraction of the smallest weights per row (default: 0)",
     )
     p.add_argument("--root", metavar="DIR", default=None, help="where to look for dataset files")
+    p.add_argument(
+        "--truncate",
+        action="store_true",
+        help="seq2seq runs: cut a sentence longer than the model's positions instead of failing",
+    )
     add_image_options(p)
     add_device_option(p)
     p.set_defaults(func=run_attention)
@@ -140,11 +162,83 @@ def _layer_index(layer: int, depth: int) -> int:
     return layer - 1 if layer > 0 else layer
 
 
+def _seq2seq_source(args: argparse.Namespace) -> bool:
+    """Whether DIR holds an encoder–decoder (judged from config.json; anything unreadable is
+    left to the image path, whose errors are unchanged)."""
+    from tfam.cli.translate import run_is_seq2seq
+
+    try:
+        source = resolve_model(args.dir, what="DIR", kinds=("dir",))
+    except (ValueError, FileNotFoundError):
+        return False
+    return run_is_seq2seq(source)
+
+
+def run_alignment(args: argparse.Namespace) -> int:
+    """Translate the sentence greedily and draw the cross-attention of one decoder block."""
+    import torch
+
+    from tfam.cli.translate import (
+        check_not_empty,
+        decode,
+        encode_texts,
+        load_seq2seq,
+        token_labels,
+        translate_ids,
+    )
+    from tfam.viz import cross_attention, plot_alignment
+
+    run_dir = _run_dir(args)
+    check_not_empty([args.image], ["the sentence"])
+    run = load_seq2seq(args.dir, device_from(args), "viz attention")
+    depth = run.model.config.decoder_depth or run.model.config.depth
+    layer = _layer_index(args.layer, depth)
+    (src,) = encode_texts(
+        [args.image],
+        ["the sentence"],
+        run.tokenizer,
+        run.max_positions,
+        truncate=args.truncate,
+        warn=lambda text: print(f"tfam: note: {text}", file=sys.stderr),
+    )
+    (gen,) = translate_ids(run, [src], beam=1)
+    eos, bos = run.tokenizer.eos_id, run.tokenizer.bos_id
+    # Keep <eos> as the last predicted row unless decoding ran out of positions first.
+    predicted = gen + [eos] if len(gen) + 1 < run.max_positions else gen
+    tgt_in = [bos] + predicted[:-1]
+    device = run.device
+    weights = cross_attention(
+        run.model,
+        torch.tensor(src, device=device),
+        torch.tensor(tgt_in, device=device),
+        layer=layer,
+    )
+    out = Path(args.out) if args.out else run_dir / "alignment.png"
+    translation = decode(run, gen)
+    plot_alignment(
+        weights,
+        token_labels(run.tokenizer, src),
+        token_labels(run.tokenizer, predicted),
+        out,
+        title=f"Cross-attention: {_shorten(args.image)} -> {_shorten(translation)}",
+        layer_name=f"decoder block {layer % depth + 1}/{depth}",
+    )
+    print(translation)
+    print(f"cross-attention alignment: {out}")
+    return 0
+
+
+def _shorten(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def run_attention(args: argparse.Namespace) -> int:
     import tfam
     from tfam.data.preprocess import load_input, load_preprocess
     from tfam.viz import plot_attention
 
+    if _seq2seq_source(args):
+        return run_alignment(args)
     run_dir = _run_dir(args)
     pre = load_preprocess(run_dir)
     item = load_input(args.image, pre, root=args.root, **image_options(args))

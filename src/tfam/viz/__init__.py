@@ -1,17 +1,19 @@
 """Pictures of what a model does: attention maps and rollout, position-embedding similarity,
-training curves, confusion matrices.
+training curves, confusion matrices, cross-attention alignments of an encoder–decoder.
 
     from tfam.viz import attention_rollout, plot_attention, plot_position_similarity
     fig = plot_attention(model, image, "attention.png")    # per-head [CLS] maps + rollout
     plot_position_similarity(model, "position.png")         # ViT paper, figure 7
     plot_curves("runs/digits/metrics.csv", "curves.png")
     plot_confusion(result.confusion, result.classes, "confusion.png")
+    plot_alignment(cross_attention(model, src, tgt), src_tokens, tgt_tokens, "align.png")
 
 Figures are built with ``matplotlib.figure.Figure`` and written by the Agg canvas, without pyplot:
 nothing here changes the global matplotlib backend or needs a display. Every ``plot_*`` returns
 the Figure and, given ``out``, saves it as PNG.
 """
 
+from tfam.viz.alignment import cross_attention, plot_alignment
 from tfam.viz.attention import AttentionMaps, attention_maps, attention_rollout, plot_attention
 from tfam.viz.confusion import plot_confusion
 from tfam.viz.curves import plot_curves, read_metrics
@@ -21,6 +23,8 @@ __all__ = [
     "AttentionMaps",
     "attention_maps",
     "attention_rollout",
+    "cross_attention",
+    "plot_alignment",
     "plot_attention",
     "plot_confusion",
     "plot_curves",
