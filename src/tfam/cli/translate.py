@@ -386,7 +386,9 @@ def token_labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
         text = piece(i) if callable(piece) else None
         if text is None:
             text = tokenizer.decode([i])
-        out.append(str(text) or f"#{i}")
+        text = str(text)
+        # A piece that is only whitespace would be an invisible tick label.
+        out.append(text if text.strip() else "␣" if text else f"#{i}")
     return out
 
 

@@ -109,7 +109,14 @@ def plot_alignment(
     xs, ys = _fontsize(ls), _fontsize(lt)
     for ax, (name, grid) in zip(axes, panels):
         im = ax.imshow(
-            grid.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
+            # From 0 to the panel's largest weight: over a long source even a sharp alignment
+            # has small weights, which a fixed 0..1 scale would leave dark.
+            grid.numpy(),
+            cmap="viridis",
+            vmin=0.0,
+            vmax=max(float(grid.max()), 1e-6),
+            aspect="auto",
+            interpolation="nearest",
         )
         ax.set_xticks(range(ls), labels=list(src_tokens), rotation=90, fontsize=xs)
         ax.set_yticks(range(lt), labels=list(tgt_tokens), fontsize=ys)
