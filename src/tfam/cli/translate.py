@@ -18,7 +18,7 @@ from typing import Any
 
 from tfam.cli.common import add_device_option, device_from, resolve_model
 
-TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_FILE = "tokenizer.json"  # = tfam.data.tokenizer.TOKENIZER_FILE (not imported: startup)
 
 EPILOG = """examples:
   tfam translate runs/kjv-rv "In the beginning God created the heaven and the earth."
@@ -176,8 +176,8 @@ def load_tokenizer(run_dir: Path) -> Any:
 
     try:
         return load(run_dir)
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{path} is not a valid tokenizer file: {err}") from None
+    except (KeyError, TypeError) as err:  # readable JSON of the wrong shape
+        raise ValueError(f"{path} is not a valid tokenizer file: {err!r}") from None
 
 
 def load_seq2seq(dir_arg: str, device: Any, command: str) -> Seq2SeqRun:
