@@ -17,14 +17,21 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Fashion-MNIST ships as a Debian package; install it when we may (root) and it is missing,
-# saying so first.
+# Fashion-MNIST and the two SWORD Bibles of kjv-rv (KJV, Reina-Valera 1909) ship as Debian
+# packages; install each when we may (root) and it is missing, saying so first.
 data:
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && [ ! -d $$HOME/.cache/tfam/fashion-mnist ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "make data: installing the Debian package dataset-fashion-mnist (Fashion-MNIST, ~30 MB, into /usr/share/datasets/fashion-mnist) with apt-get"; \
 	    (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null; \
 	  else echo "Fashion-MNIST missing: sudo apt-get install dataset-fashion-mnist"; fi; fi
+	@for pkg in sword-text-kjv:engKJV2006eb sword-text-sparv:spaRV1909eb; do \
+	  name=$${pkg%%:*}; conf=/usr/share/sword/mods.d/$${pkg#*:}.conf; \
+	  if [ ! -f $$conf ]; then \
+	    if [ "$$(id -u)" = 0 ]; then \
+	      echo "make data: installing the Debian package $$name (a SWORD Bible module for kjv-rv, a few MB, into /usr/share/sword) with apt-get"; \
+	      (apt-get update -qq && apt-get install -y -qq $$name) >/dev/null; \
+	    else echo "SWORD module missing: sudo apt-get install $$name"; fi; fi; done
 
 demo: install
 	$(BIN)/tfam train vit --data digits --out $(RUN)

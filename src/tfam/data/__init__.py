@@ -1,5 +1,6 @@
-"""Data that works offline: a catalog of named datasets (scikit-learn's digits, Fashion-MNIST),
-your own image folders, IDX files, normalisation, batch augmentation and image preprocessing.
+"""Data that works offline: a catalog of named datasets (scikit-learn's digits, Fashion-MNIST,
+King James -> Reina-Valera verses, copy and reverse), your own image folders, IDX files,
+normalisation, batch augmentation, image preprocessing, tokenizers and seq2seq datasets.
 
 from tfam.data import load_dataset, default_augment
 train, val = load_dataset("digits", "fit"), load_dataset("digits", "val")  # "train" = fit + val
@@ -39,6 +40,25 @@ from tfam.data.images import (
     load_fashion_mnist,
 )
 from tfam.data.images import clear_cache as _clear_image_cache
+from tfam.data.sword import VerseRef, parallel_verses, read_verses
+from tfam.data.text import (
+    QUICK_EVAL_SIZE,
+    TEST_BOOKS,
+    TEXT_SPLITS,
+    VAL_BOOKS,
+    Seq2SeqDataset,
+    TextDatasetInfo,
+    book_split,
+    kjv_rv_tokenizer,
+    load_kjv_rv,
+    load_symbol_task,
+)
+from tfam.data.tokenizer import (
+    BPETokenizer,
+    CharTokenizer,
+    Tokenizer,
+    load_tokenizer,
+)
 
 
 def clear_cache() -> None:
@@ -50,9 +70,26 @@ def clear_cache() -> None:
 __all__ = [
     "CATALOG",
     "FASHION_MNIST_DIRS",
+    "QUICK_EVAL_SIZE",
     "SPLITS",
     "TASK_FACTS",
+    "TEST_BOOKS",
+    "TEXT_SPLITS",
+    "VAL_BOOKS",
+    "BPETokenizer",
     "BatchAugment",
+    "CharTokenizer",
+    "Seq2SeqDataset",
+    "TextDatasetInfo",
+    "Tokenizer",
+    "VerseRef",
+    "book_split",
+    "kjv_rv_tokenizer",
+    "load_kjv_rv",
+    "load_symbol_task",
+    "load_tokenizer",
+    "parallel_verses",
+    "read_verses",
     "DatasetEntry",
     "DatasetInfo",
     "IDXFormatError",

@@ -37,6 +37,15 @@ from tfam.data.images import (
     load_digits,
     load_fashion_mnist,
 )
+from tfam.data.text import (
+    KJV_RV_VOCAB,
+    SYMBOL_SIZES,
+    SYMBOLS,
+    TEXT_SPLITS,
+    TextDatasetInfo,
+    load_kjv_rv,
+    load_symbol_task,
+)
 
 __all__ = [
     "CATALOG",
@@ -56,6 +65,7 @@ __all__ = [
 # Per task: dataset attributes that a model's config must equal (same names as config fields).
 TASK_FACTS: dict[str, tuple[str, ...]] = {
     "image-classification": ("image_size", "in_channels", "num_classes"),
+    "seq2seq": ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id"),
 }
 
 
@@ -86,7 +96,7 @@ class DatasetEntry:
 
     name: str
     task: str
-    info: DatasetInfo
+    info: DatasetInfo | TextDatasetInfo
     loader: Loader
     recipe: Recipe = field(default_factory=Recipe)
     augment: tuple[int, bool] = (0, False)
@@ -287,3 +297,89 @@ register_dataset(
         augment=(1, True),
     )
 )
+
+
+# Text: sequence to sequence. Splits are train / val / test (val and test are whole held-out
+# books for kjv-rv; see tfam.data.text); the tokenizer comes with the dataset (.tokenizer).
+# The kjv-rv recipe is a modest start, not a tuned one.
+
+register_dataset(
+    DatasetEntry(
+        name="kjv-rv",
+        task="seq2seq",
+        info=TextDatasetInfo(
+            name="kjv-rv",
+            vocab_size=KJV_RV_VOCAB,
+            train_size=27565,
+            test_size=3016,
+            description=(
+                "King James Version (English) -> Reina-Valera 1909 (Spanish), aligned by verse, "
+                "from the Debian packages sword-text-kjv and sword-text-sparv; val: Ruth, "
+                "Ecclesiastes, Jonah, Galatians; test: Joshua, Proverbs, Acts, 1 Corinthians; "
+                f"joint BPE of {KJV_RV_VOCAB} ids"
+            ),
+        ),
+        loader=lambda split, root=None, seed=0: load_kjv_rv(split),
+        recipe=Recipe(
+            preset="transformer_tiny",
+            train={
+                "epochs": 10,
+                "batch_tokens": 4096,
+                "lr": 1e-3,
+                "schedule": "inverse_sqrt",
+                "warmup_steps": 1000,
+                "weight_decay": 0.0,
+                "betas": (0.9, 0.98),
+                "label_smoothing": 0.1,
+                "clip_grad": 1.0,
+            },
+        ),
+        splits=TEXT_SPLITS,
+        train_split="train",
+        aliases=("kjv-rv1909", "bible"),
+    )
+)
+
+for _task, _what in (("copy", "the same"), ("reverse", "reversed")):
+    register_dataset(
+        DatasetEntry(
+            name=_task,
+            task="seq2seq",
+            info=TextDatasetInfo(
+                name=_task,
+                vocab_size=4 + len(SYMBOLS),
+                train_size=SYMBOL_SIZES["train"],
+                test_size=SYMBOL_SIZES["test"],
+                description=(
+                    f"synthetic: random sequences of 3-12 of {len(SYMBOLS)} symbols -> {_what}; "
+                    "fixed seeds per split (a quick sanity task)"
+                ),
+            ),
+            # The split seeds are fixed on purpose: a run's --seed must not change the data.
+            loader=lambda split, root=None, seed=0, _task=_task: load_symbol_task(_task, split),
+            recipe=Recipe(
+                preset="transformer_tiny",
+                # 20 ids and 14 positions: a smaller model learns it in a minute or two on CPU.
+                model={
+                    "dim": 64,
+                    "heads": 4,
+                    "depth": 2,
+                    "ffn_dim": 256,
+                    "max_positions": 32,
+                    "dropout": 0.0,
+                },
+                train={
+                    "epochs": 10,
+                    "batch_size": 64,
+                    "lr": 1e-3,
+                    "warmup_steps": 200,
+                    "weight_decay": 0.0,
+                    "label_smoothing": 0.0,
+                    "clip_grad": 1.0,
+                },
+                threads=1,
+            ),
+            splits=TEXT_SPLITS,
+            train_split="train",
+        )
+    )
