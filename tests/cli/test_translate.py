@@ -77,7 +77,8 @@ def test_train_saves_tokenizer_then_translate(cli, tmp_path: Path) -> None:
     code, stdout, err = cli(
         ["train", "transformer", "--data", "copy", "--out", out]
         + [x for k, v in TINY.items() for x in ("--set", f"{k}={v}")]
-        + ["--epochs", "1", "--max-steps", "3", "--threads", "1", "--no-progress"]
+        + ["--epochs", "1", "--max-steps", "3", "--warmup-steps", "1", "--threads", "1"]
+        + ["--no-progress"]
     )
     assert code == 0, err
     assert (out / "tokenizer.json").is_file() and (out / "model.safetensors").is_file()
@@ -86,7 +87,7 @@ def test_train_saves_tokenizer_then_translate(cli, tmp_path: Path) -> None:
     # The saved tokenizer is the dataset's, byte for byte.
     from tfam.data.tokenizer import load_tokenizer
 
-    tok, data_tok = load_tokenizer(out), load_dataset("copy", "fit").tokenizer
+    tok, data_tok = load_tokenizer(out), load_dataset("copy", "train").tokenizer
     text = load_dataset("copy", "test").pairs[0][0]
     assert tok.encode(text) == data_tok.encode(text) and tok.vocab_size == data_tok.vocab_size
 

@@ -24,6 +24,7 @@ from tfam.cli.common import (
     parse_sets,
     resolve_model,
 )
+from tfam.cli.translate import TOKENIZER_FILE
 
 # TrainConfig fields a resumed run does not take from the saved run: they say how this
 # invocation stops, talks or where it computes, not what it computes.
@@ -325,12 +326,73 @@ def _model_values(settings: dict[str, Any], entry: Any, preset: str) -> dict[str
     for key, fact in facts.items():
         if key in overrides and overrides[key] not in (fact, [fact, fact], (fact, fact)):
             shown = entry.name if not entry.is_folder else entry.info.name
+            needs = "its images need" if _has_images(entry) else "its data needs"
             raise ValueError(
-                f"--set {key}={overrides[key]!r} is invalid for --data {shown}: its images need "
+                f"--set {key}={overrides[key]!r} is invalid for --data {shown}: {needs} "
                 f"{key}={fact!r}"
             )
     recipe_model = dict(entry.recipe.model) if preset == entry.recipe.preset else {}
     return {**recipe_model, **facts, **overrides}
+
+
+def _has_images(entry: Any) -> bool:
+    """Whether a dataset holds images (augmentation and preprocess.json apply)."""
+    return getattr(entry.info, "image_size", None) is not None
+
+
+def _augment(entry: Any, settings: dict[str, Any]) -> Any:
+    """The batch augmentation of an image dataset (None: none); --pad/--flip on other data
+    is an error rather than silently ignored."""
+    import tfam.data
+
+    if not _has_images(entry):
+        given = [opt for opt, key in (("--pad", "pad"), ("--flip", "flip")) if settings[key]]
+        if given:
+            raise ValueError(
+                f"{given[0]} is invalid for --data {entry.name}: augmentation is for image data"
+            )
+        return None
+    if settings["no_augment"]:
+        return None
+    try:
+        # Looked up on the module at call time (tests spy on it).
+        augment = tfam.data.default_augment(entry, padding=settings["pad"], flip=settings["flip"])
+        augment.check_image_size(entry.info.image_size)
+    except ValueError as err:
+        raise option_error(err, {"padding": "--pad", "flip": "--flip"}) from None
+    return augment
+
+
+def _tokenizer_bytes(tokenizer: Any) -> bytes:
+    """The tokenizer file as its own ``save`` writes it."""
+    import tempfile
+
+    if callable(getattr(tokenizer, "to_json", None)):
+        return tokenizer.to_json().encode("utf-8")
+    with tempfile.TemporaryDirectory(prefix="tfam-tokenizer-") as tmp:
+        tokenizer.save(tmp)
+        return (Path(tmp) / TOKENIZER_FILE).read_bytes()
+
+
+def save_tokenizer(out: Path, tokenizer: Any) -> Path:
+    """Write the dataset's tokenizer to OUT/tokenizer.json before training starts, atomically,
+    so translate, eval and viz find it beside every checkpoint and the final model.
+
+    A run directory that already holds another tokenizer together with a checkpoint or a model
+    keeps it: that run's ids mean that tokenizer's pieces, so this is an error."""
+    from tfam.fileio import atomic_write_bytes
+
+    path = out / TOKENIZER_FILE
+    data = _tokenizer_bytes(tokenizer)
+    if path.is_file():
+        if path.read_bytes() == data:
+            return path
+        if (out / "checkpoints").is_dir() or (out / "model.safetensors").exists():
+            raise ValueError(
+                f"{path} holds another tokenizer than this dataset's, and {out} holds a trained "
+                "run whose ids follow it; choose another --out"
+            )
+    return atomic_write_bytes(path, data)
 
 
 def _strip_nproc(argv: list[str]) -> list[str]:
@@ -349,10 +411,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     import tfam
-    import tfam.data
     from tfam.training import Trainer
     from tfam.training.callbacks import CurvesCallback
     from tfam.training.distributed import dist_info
+    from tfam.training.tasks import task_for
     from tfam.viz import plot_curves
 
     if args.nproc is not None:
@@ -403,20 +465,15 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"model config ({preset} with --set): {err}") from None
 
-    augment = None
-    if not settings["no_augment"]:
-        try:
-            # Looked up on the module at call time (tests spy on it).
-            augment = tfam.data.default_augment(
-                entry, padding=settings["pad"], flip=settings["flip"]
-            )
-            augment.check_image_size(entry.info.image_size)
-        except ValueError as err:
-            raise option_error(err, {"padding": "--pad", "flip": "--flip"}) from None
+    augment = _augment(entry, settings)
     load = dict(root=settings["data_root"])
     train_set = entry.load(entry.train_split, **load)
     val_set = entry.load(entry.val_split, **load) if entry.val_split else None
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
+    task = task_for(entry.task, train_set)  # chosen by the catalog's task name
+    tokenizer = getattr(train_set, "tokenizer", None)
+    if tokenizer is not None and dist_info().is_main:
+        save_tokenizer(out, tokenizer)
 
     hint = shlex.join(
         ["tfam", "train", args.family, "--data", args.data, "--out", str(out), "--resume"]
@@ -427,8 +484,8 @@ def run(args: argparse.Namespace) -> int:
         sizes += f" / {len(val_set)} val" if val_set is not None else ""
         sizes += f" / {len(test_set)} test" if test_set is not None else ""
         print(
-            f"{preset} ({params:,} parameters) on {entry.name}: {sizes} images, {config.epochs} "
-            f"epochs of batch {config.batch_size}, lr {config.lr:g}, "
+            f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {task.unit}, "
+            f"{config.epochs} epochs of batch {config.batch_size}, lr {config.lr:g}, "
             f"{torch.get_num_threads()} threads -> {out}",
             flush=True,
         )
@@ -452,6 +509,7 @@ def run(args: argparse.Namespace) -> int:
             resume_hint=hint,
             val_set=val_set,
             callbacks=[CurvesCallback(plot_curves)],
+            task=task,
         )
         trainer.fit(resume=args.resume)
     except KeyboardInterrupt:
