@@ -1,5 +1,5 @@
 """Training: tasks, the trainer (any device, torchrun/DDP), AdamW groups and the
-warmup-cosine schedule, checkpoints, metrics, callbacks.
+warmup-cosine and inverse-square-root schedules, token batches, checkpoints, metrics, callbacks.
 
 import torch, tfam
 from tfam.data import load_dataset, default_augment
@@ -33,12 +33,20 @@ from tfam.training.metrics import METRIC_COLUMNS, MetricsLogger, read_metrics_cs
 from tfam.training.optim import (
     build_optimizer,
     build_scheduler,
+    inverse_sqrt_factor,
     param_groups,
     split_decay,
     warmup_cosine_factor,
 )
 from tfam.training.runlock import RunLock, RunLockedError
-from tfam.training.tasks import ImageClassification, Task, TokenClassification
+from tfam.training.tasks import (
+    TASKS,
+    ImageClassification,
+    Seq2Seq,
+    Task,
+    TokenClassification,
+    task_for,
+)
 from tfam.training.trainer import (
     TrainConfig,
     Trainer,
@@ -61,6 +69,8 @@ __all__ = [
     "NonFiniteLossError",
     "RunLock",
     "RunLockedError",
+    "Seq2Seq",
+    "TASKS",
     "Task",
     "TokenClassification",
     "TrainConfig",
@@ -71,6 +81,7 @@ __all__ = [
     "build_optimizer",
     "build_scheduler",
     "dist_info",
+    "inverse_sqrt_factor",
     "launch",
     "launch_command",
     "load_init_weights",
@@ -82,6 +93,7 @@ __all__ = [
     "read_metrics_csv",
     "save_checkpoint",
     "split_decay",
+    "task_for",
     "train",
     "warmup_cosine_factor",
 ]

@@ -1,4 +1,5 @@
-"""AdamW with decoupled weight decay on the right parameters, and a warmup + cosine schedule.
+"""AdamW with decoupled weight decay on the right parameters, and the learning-rate schedules:
+warmup + cosine, and the Transformer paper's warmup + inverse square root.
 
 Weight decay pulls weights towards zero; that regularises matrices, but on a LayerNorm gain, a
 bias, a position table or a [CLS] token it only fights the parameter's job. So the optimiser
@@ -9,8 +10,15 @@ gets two groups:
   ``pos_embed``, ``cls_token``, ``dist_token`` or ``mask_token``, and any name a module lists
   in its ``no_weight_decay()`` method (names relative to that module, as timm does).
 
-The learning rate rises linearly over ``warmup_steps`` optimiser steps, then follows half a
-cosine down to ``min_lr`` at ``total_steps``, and stays there.
+Schedules (``build_scheduler(..., schedule=...)``), per optimiser step:
+
+- ``cosine``: the learning rate rises linearly over ``warmup_steps`` optimiser steps, then
+  follows half a cosine down to ``min_lr`` at ``total_steps``, and stays there.
+- ``inverse_sqrt`` (Vaswani et al. 2017, eq. 3): lr(n) = peak * min(n / warmup,
+  sqrt(warmup / n)) for the n-th step (n = 1, 2, ...), which is the paper's
+  D^-0.5 * min(n^-0.5, n * warmup^-1.5) with the peak D^-0.5 * warmup^-0.5 given as ``lr``.
+  It does not depend on ``total_steps``; after warmup it never falls below ``min_lr``. No
+  warmup (0) behaves as a warmup of 1: the peak at the first step, then peak / sqrt(n).
 """
 
 from __future__ import annotations
@@ -23,15 +31,19 @@ from torch import nn
 
 __all__ = [
     "NO_DECAY_SUFFIXES",
+    "SCHEDULES",
+    "InverseSqrt",
     "WarmupCosine",
     "build_optimizer",
     "build_scheduler",
     "param_groups",
+    "inverse_sqrt_factor",
     "split_decay",
     "warmup_cosine_factor",
 ]
 
 NO_DECAY_SUFFIXES = ("pos_embed", "cls_token", "dist_token", "mask_token")
+SCHEDULES = ("cosine", "inverse_sqrt")
 
 
 def _model_no_decay_names(model: nn.Module) -> set[str]:
@@ -131,13 +143,46 @@ class WarmupCosine:
         return warmup_cosine_factor(step, self.warmup_steps, self.total_steps, self.min_factor)
 
 
+def inverse_sqrt_factor(step: int, warmup_steps: int, min_factor: float = 0.0) -> float:
+    """Multiplier of the peak lr used by optimiser step ``step`` (0-based, so n = step + 1):
+    min(n / warmup, sqrt(warmup / n)), at least ``min_factor`` after warmup; warmup 0 acts as 1.
+    """
+    n = step + 1
+    w = max(int(warmup_steps), 1)
+    if n < w:
+        return n / w
+    return max(math.sqrt(w / n), min_factor)
+
+
+class InverseSqrt:
+    """Picklable LambdaLR factor of the inverse-square-root schedule (its numbers go into the
+    scheduler's state_dict)."""
+
+    def __init__(self, warmup_steps: int, min_factor: float) -> None:
+        self.warmup_steps = int(warmup_steps)
+        self.min_factor = float(min_factor)
+
+    def __call__(self, step: int) -> float:
+        return inverse_sqrt_factor(step, self.warmup_steps, self.min_factor)
+
+
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0
+    optimizer: torch.optim.Optimizer,
+    warmup_steps: int,
+    total_steps: int,
+    min_lr: float = 0.0,
+    schedule: str = "cosine",
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup then cosine decay to ``min_lr`` (an absolute lr), per optimiser step.
+    """Linear warmup then cosine decay to ``min_lr`` (an absolute lr), or (``schedule=
+    "inverse_sqrt"``) the paper's inverse-square-root decay floored at ``min_lr``; per
+    optimiser step (see the module docstring).
 
     Call ``scheduler.step()`` after every ``optimizer.step()``.
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(
+            f"schedule={schedule!r} is invalid: expected one of {', '.join(SCHEDULES)}"
+        )
     if not isinstance(total_steps, int) or total_steps < 1:
         raise ValueError(f"total_steps={total_steps!r} is invalid: expected an int >= 1")
     if not isinstance(warmup_steps, int) or not 0 <= warmup_steps <= total_steps:
@@ -150,5 +195,8 @@ def build_scheduler(
         base = group.get("initial_lr", group["lr"])
         if not 0 <= min_lr <= base:
             raise ValueError(f"min_lr={min_lr!r} is invalid: expected a float in [0, lr={base}]")
-        factors.append(WarmupCosine(warmup_steps, total_steps, min_lr / base))
+        if schedule == "inverse_sqrt":
+            factors.append(InverseSqrt(warmup_steps, min_lr / base))
+        else:
+            factors.append(WarmupCosine(warmup_steps, total_steps, min_lr / base))
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factors)

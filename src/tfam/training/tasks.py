@@ -22,6 +22,9 @@ The contract (see :class:`Task`):
   column order; ``primary_metric`` and ``higher_is_better`` choose "best" and early stopping.
 - ``predict(model, batch)`` -> probabilities (or generated ids), batch-first.
 - ``augment(batch, fn, generator, dataset)`` -> the training batch after augmentation.
+
+Tasks are chosen by the dataset catalog's task name: ``task_for(name, dataset)`` (the names
+are :data:`TASKS`).
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ from torch import Tensor, nn
 
 __all__ = [
     "IGNORE_INDEX",
+    "TASKS",
     "Batch",
     "ImageClassification",
+    "Seq2Seq",
     "Task",
     "TokenClassification",
     "split_batch",
+    "task_for",
 ]
 
 Batch = dict[str, Tensor]
@@ -279,3 +285,228 @@ class TokenClassification:
 
     def predict(self, model: nn.Module, batch: Batch) -> Tensor:
         return self._logits(model, batch).softmax(dim=-1)
+
+
+class Seq2Seq:
+    """Sequence to sequence with teacher forcing: ``model(src_ids (B, Ls), tgt_ids (B, Lt)) ->
+    logits (B, Lt, V)`` that masks ``pad_id`` itself (tfam's encoder–decoder Transformer), and
+    ``model.generate(src_ids, max_new_tokens=...)`` for :meth:`predict`.
+
+    Items ``(src_ids (Ls,), tgt_ids (Lt,))`` with ``tgt_ids = [bos] + tokens + [eos]``;
+    ``collate`` pads both sides with ``pad_id`` and shifts the target: batch ``{"src_ids" (B, Ls),
+    "tgt_ids" (B, Lt - 1) = target[:, :-1], "labels" (B, Lt - 1) = target[:, 1:]}`` with label
+    -100 on padding. A dataset with ``get_batch(indices)`` returning such items (or such a batch)
+    is gathered in the main process; otherwise items go through the trainer's DataLoader.
+
+    Training loss: cross-entropy with ``config.label_smoothing`` (PyTorch's definition: the
+    target gets 1 - eps, every class eps / V), summed over real target tokens; ``count`` is the
+    number of real target tokens, so accumulation and DDP give the mean per token of the global
+    batch. Metrics (train and evaluation): ``loss`` (plain cross-entropy, nats per token),
+    ``acc`` (token accuracy) and ``exact`` (the fraction of sequences whose every target token,
+    eos included, is the argmax).
+
+    ``exact`` is computed from the teacher-forced logits, and that *is* greedy decoding's exact
+    match: greedy decoding feeds back its own argmax, so it reproduces the reference up to and
+    including eos exactly when every teacher-forced argmax is right (and at its first wrong
+    argmax it leaves the reference). So evaluation costs one forward per batch. With
+    ``generate_eval=True`` evaluation also decodes greedily (``model.generate``, cached, at most
+    the reference length + 1 new tokens: one decoder step per token, about as many forwards as
+    target tokens) and counts ``gen_exact``: generated tokens up to eos equal to the reference.
+    """
+
+    name = "seq2seq"
+    metrics = ("loss", "acc", "exact")
+    primary_metric = "loss"
+    higher_is_better = False
+    unit = "sentences"
+
+    def __init__(
+        self,
+        pad_id: int = 0,
+        eos_id: int | None = None,
+        generate_eval: bool = False,
+        max_new_tokens: int | None = None,
+    ) -> None:
+        self.pad_id = int(pad_id)
+        self.eos_id = eos_id
+        self.generate_eval = bool(generate_eval)
+        if max_new_tokens is not None and (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or max_new_tokens < 1
+        ):
+            raise ValueError(f"max_new_tokens={max_new_tokens!r} is invalid: expected an int >= 1")
+        self.max_new_tokens = max_new_tokens
+        if self.generate_eval:
+            self.metrics = ("loss", "acc", "exact", "gen_exact")
+
+    @classmethod
+    def for_dataset(cls, dataset: Any, **options: Any) -> Seq2Seq:
+        """The task with the dataset's ``pad_token_id`` and ``eos_token_id`` (when it has them)."""
+        return cls(
+            pad_id=int(getattr(dataset, "pad_token_id", 0)),
+            eos_id=getattr(dataset, "eos_token_id", None),
+            **options,
+        )
+
+    # -- batches ------------------------------------------------------------------------------
+    def get_batch(self, dataset: Any, indices: Tensor) -> Batch | None:
+        if not hasattr(dataset, "get_batch"):
+            return None
+        got = dataset.get_batch(indices)
+        return dict(got) if isinstance(got, dict) else self.collate(got)
+
+    def collate(self, items: Sequence[Any]) -> Batch:
+        src = [torch.as_tensor(item[0], dtype=torch.int64) for item in items]
+        tgt = [torch.as_tensor(item[1], dtype=torch.int64) for item in items]
+        if any(t.numel() < 2 for t in tgt):
+            raise ValueError(
+                "a target has fewer than 2 tokens: expected tgt_ids = [bos] + tokens + [eos]"
+            )
+        src_ids = nn.utils.rnn.pad_sequence(src, batch_first=True, padding_value=self.pad_id)
+        target = nn.utils.rnn.pad_sequence(tgt, batch_first=True, padding_value=self.pad_id)
+        labels = target[:, 1:].clone()
+        # A real pad id inside a target cannot be told from padding; the model masks it anyway.
+        labels[labels == self.pad_id] = IGNORE_INDEX
+        return {"src_ids": src_ids, "tgt_ids": target[:, :-1], "labels": labels}
+
+    def count(self, batch: Batch) -> Tensor:
+        return (batch["labels"] != IGNORE_INDEX).sum().double()
+
+    def augment(
+        self,
+        batch: Batch,
+        fn: Callable[..., Tensor] | None,
+        generator: torch.Generator,
+        dataset: Any,
+    ) -> Batch:
+        return batch if fn is None else fn(batch, generator)
+
+    # -- losses and metrics -------------------------------------------------------------------
+    def _check_pad(self, model: nn.Module) -> None:
+        # The model masks its own pad id; a different one here would count padding as tokens.
+        config = getattr(getattr(model, "module", model), "config", None)
+        pad = getattr(config, "pad_token_id", None)
+        if pad is not None and int(pad) != self.pad_id:
+            raise ValueError(
+                f"pad_id={self.pad_id} of the seq2seq task is invalid for this model: its "
+                f"config has pad_token_id={pad}; use the same padding id for data and model"
+            )
+
+    def _logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        return model(batch["src_ids"], batch["tgt_ids"]).float()
+
+    def _sums(self, logits: Tensor, labels: Tensor, loss: Tensor) -> dict[str, Tensor]:
+        counted = labels != IGNORE_INDEX
+        right = (logits.argmax(dim=-1) == labels) & counted
+        rows = counted.any(dim=-1)
+        whole = (right | ~counted).all(dim=-1) & rows
+        return {
+            "loss": loss.detach().double(),
+            "correct": right.sum().double(),
+            "count": counted.sum().double(),
+            "exact": whole.sum().double(),
+            "seqs": rows.sum().double(),
+        }
+
+    def train_loss(
+        self, model: nn.Module, batch: Batch, config: Any
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        self._check_pad(model)
+        labels = batch["labels"]
+        logits = self._logits(model, batch)
+        flat, flat_labels = logits.flatten(0, -2), labels.flatten()
+        smoothing = float(getattr(config, "label_smoothing", 0.0))
+        loss = F.cross_entropy(
+            flat, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=smoothing
+        )
+        with torch.no_grad():
+            plain = (
+                loss
+                if smoothing == 0
+                else F.cross_entropy(flat, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum")
+            )
+            sums = self._sums(logits, labels, plain)
+        return loss, sums
+
+    def eval_sums(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        self._check_pad(model)
+        labels = batch["labels"]
+        logits = self._logits(model, batch)
+        loss = F.cross_entropy(
+            logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+        sums = self._sums(logits, labels, loss)
+        if self.generate_eval:
+            sums["gen_exact"] = self._generated_exact(model, batch)
+        return sums
+
+    def _generated_exact(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Sequences whose greedy decoding, up to eos, equals the reference (labels up to the
+        first -100)."""
+        labels = batch["labels"]
+        generated = self.predict(model, batch, max_new_tokens=labels.shape[1])[:, 1:]
+        eos = self._eos(model)
+        hits = 0
+        for row, ref in zip(generated.tolist(), labels.tolist()):
+            ref = [t for t in ref if t != IGNORE_INDEX]
+            if not ref:
+                continue
+            out = row[: row.index(eos) + 1] if eos is not None and eos in row else row
+            hits += int(out == ref)
+        return torch.tensor(float(hits), dtype=torch.float64, device=labels.device)
+
+    def _eos(self, model: nn.Module) -> int | None:
+        if self.eos_id is not None:
+            return int(self.eos_id)
+        config = getattr(getattr(model, "module", model), "config", None)
+        eos = getattr(config, "eos_token_id", None)
+        return None if eos is None else int(eos)
+
+    def reduce(self, sums: dict[str, float]) -> dict[str, float]:
+        seqs = sums.get("seqs", 0.0)
+        out = {
+            "loss": _ratio(sums, "loss"),
+            "acc": _ratio(sums, "correct"),
+            "exact": sums.get("exact", 0.0) / seqs if seqs else float("nan"),
+        }
+        if self.generate_eval:
+            # Training sums have no generation: NaN there.
+            gen = sums.get("gen_exact")
+            out["gen_exact"] = gen / seqs if gen is not None and seqs else float("nan")
+        return out
+
+    def predict(self, model: nn.Module, batch: Batch, max_new_tokens: int | None = None) -> Tensor:
+        """Greedy decoding of ``batch["src_ids"]`` -> (B, 1 + new) ids: ``[bos]`` then the
+        generated tokens, padded with the pad id after eos. New tokens: ``max_new_tokens``
+        (argument, then the task's), else the labels' width when the batch has labels, else the
+        source length + 10; never more than the model's ``max_positions`` - 1."""
+        plain = getattr(model, "module", model)
+        src = batch["src_ids"]
+        n = max_new_tokens or self.max_new_tokens
+        if n is None:
+            n = batch["labels"].shape[1] if "labels" in batch else src.shape[1] + 10
+        limit = getattr(getattr(plain, "config", None), "max_positions", None)
+        if limit is not None:
+            n = min(n, int(limit) - 1)
+        kwargs: dict[str, Any] = {"max_new_tokens": int(n), "pad_token_id": self.pad_id}
+        if self.eos_id is not None:
+            kwargs["eos_token_id"] = int(self.eos_id)
+        return plain.generate(src, **kwargs)
+
+
+# The dataset catalog's task names -> a task for a dataset (its padding id and the like).
+TASKS: dict[str, Callable[[Any], Task]] = {
+    ImageClassification.name: lambda dataset: ImageClassification(),
+    TokenClassification.name: lambda dataset: TokenClassification(
+        pad_id=int(getattr(dataset, "pad_token_id", 0))
+    ),
+    Seq2Seq.name: lambda dataset: Seq2Seq.for_dataset(dataset),
+}
+
+
+def task_for(name: str, dataset: Any = None) -> Task:
+    """The task named ``name`` (a dataset catalog's ``entry.task``), set up for ``dataset``."""
+    if name not in TASKS:
+        raise ValueError(f"task={name!r} is invalid: expected one of {', '.join(sorted(TASKS))}")
+    return TASKS[name](dataset)

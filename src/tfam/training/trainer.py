@@ -24,8 +24,8 @@ global torch RNG (and the CUDA RNG on a GPU); Python's and NumPy's RNGs are save
 rank. Items loaded through a DataLoader are produced under a seed derived from (seed, epoch,
 index), so worker processes need no state. A checkpoint is taken between two optimiser steps
 and stores the model, the optimiser, scheduler and gradient scaler, all those RNG states, the
-epoch, the step within the epoch, the epoch's permutation and running sums. So a run killed at
-any instant and resumed with ``fit(resume=True)`` performs the same arithmetic in the same order
+epoch, the step within the epoch, the epoch's permutation (and token-batch boundaries) and
+running sums. So a run killed at any instant and resumed with ``fit(resume=True)`` performs the same arithmetic in the same order
 as one that was never stopped, and ends with bit-for-bit identical weights (same machine, torch
 build, thread count and number of processes).
 
@@ -34,7 +34,15 @@ processes. With ``accum_steps = K`` each process cuts its share into K micro-bat
 gradients add up before the step. Each micro-batch's summed loss is divided by the number of
 counted units (images, real tokens) of the whole global batch, so K and the number of
 processes change memory and speed, not the result (up to floating-point rounding). One epoch is
-ceil(N / batch_size) steps; the last batch of an epoch may be smaller.
+ceil(N / batch_size) steps; the last batch of an epoch may be smaller. With ``batch_tokens``
+a batch instead holds as many examples as fit that many padded tokens, grouped by length
+(:mod:`tfam.training.batching`); the epoch's plan (order and batch boundaries) is drawn with the
+data generator and checkpointed, and every epoch has the same number of steps.
+
+Schedules. ``schedule="cosine"`` (default) warms up linearly, then decays along half a cosine
+to ``min_lr``; ``"inverse_sqrt"`` is the Transformer paper's lr * min(n / warmup,
+sqrt(warmup / n)) (:mod:`tfam.training.optim`). Warmup lasts ``warmup_steps`` optimiser steps
+when given, else ``warmup_epochs`` epochs.
 
 Extending a run. ``fit(resume=True)`` with a larger ``epochs`` than the run was started with
 continues it: the cosine schedule is re-planned to end at the new last step, from the current
@@ -70,6 +78,7 @@ import torch
 from torch import Tensor, nn
 
 from tfam.training import distributed as D
+from tfam.training.batching import count_token_batches, dataset_lengths, token_batches
 from tfam.training.checkpoint import (
     atomic_write_bytes,
     find_checkpoint,
@@ -87,7 +96,7 @@ from tfam.training.devices import (
 )
 from tfam.training.errors import CheckpointSaveError, NonFiniteLossError
 from tfam.training.metrics import MetricsLogger
-from tfam.training.optim import WarmupCosine, build_optimizer, build_scheduler
+from tfam.training.optim import SCHEDULES, WarmupCosine, build_optimizer, build_scheduler
 from tfam.training.runlock import RunLock
 from tfam.training.tasks import Batch, ImageClassification, Task, split_batch
 
@@ -123,6 +132,9 @@ _RESUME_FIELDS = (
     "betas",
     "eps",
     "warmup_epochs",
+    "warmup_steps",
+    "schedule",
+    "batch_tokens",
     "label_smoothing",
     "clip_grad",
     "accum_steps",
@@ -146,7 +158,8 @@ class TrainConfig:
     )
     lr: float = field(default=1e-3, metadata=_help("peak learning rate, reached after warmup"))
     min_lr: float = field(
-        default=1e-5, metadata=_help("learning rate at the last step (cosine decay), <= lr")
+        default=1e-5,
+        metadata=_help("<= lr: the last step's lr (cosine), the floor of the decay (inverse_sqrt)"),
     )
     weight_decay: float = field(default=0.05, metadata=_help("AdamW weight decay (matrices only)"))
     betas: tuple[float, float] = field(
@@ -155,6 +168,24 @@ class TrainConfig:
     eps: float = field(default=1e-8, metadata=_help("AdamW epsilon"))
     warmup_epochs: float = field(
         default=1.0, metadata=_help("linear warmup length in epochs (fractions allowed)")
+    )
+    warmup_steps: int | None = field(
+        default=None,
+        metadata=_help("linear warmup length in optimiser steps; wins over warmup_epochs when set"),
+    )
+    schedule: str = field(
+        default="cosine",
+        metadata=_help(
+            "learning-rate decay after warmup: cosine (to min_lr) or inverse_sqrt (the "
+            "Transformer paper's lr * sqrt(warmup / step))"
+        ),
+    )
+    batch_tokens: int | None = field(
+        default=None,
+        metadata=_help(
+            "batches by token count: examples x longest length <= N, bucketed by length (the "
+            "dataset needs lengths); none: batch_size examples"
+        ),
     )
     label_smoothing: float = field(
         default=0.0, metadata=_help("label smoothing of the training loss, in [0, 0.999]")
@@ -251,6 +282,10 @@ class TrainConfig:
         positive_int("seed", allow_zero=True, hi=MAX_SEED)
         if self.max_steps is not None:
             positive_int("max_steps")
+        if self.warmup_steps is not None:
+            positive_int("warmup_steps", allow_zero=True)
+        if self.batch_tokens is not None:
+            positive_int("batch_tokens")
         if self.num_workers is not None:
             positive_int("num_workers", allow_zero=True)
         if self.patience is not None:
@@ -273,6 +308,10 @@ class TrainConfig:
         if len(betas) != 2 or not all(isinstance(b, int | float) and 0 <= b < 1 for b in betas):
             raise ValueError(f"betas={self.betas!r} is invalid: expected two floats in [0, 1)")
         self.betas = (float(betas[0]), float(betas[1]))
+        if self.schedule not in SCHEDULES:
+            raise ValueError(
+                f"schedule={self.schedule!r} is invalid: expected one of {', '.join(SCHEDULES)}"
+            )
         if self.precision not in PRECISIONS:
             raise ValueError(
                 f"precision={self.precision!r} is invalid: expected one of {', '.join(PRECISIONS)}"
@@ -507,14 +546,27 @@ class Trainer:
         if config.compile:
             check_compile_available(self.device)
             self.train_model = torch.compile(self.train_model)
-        self.steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
+        # Token batches: every process needs a share of each batch, so at least one example
+        # per process (see tfam.training.batching).
+        self.lengths: Tensor | None = None
+        if config.batch_tokens is not None:
+            self.lengths = dataset_lengths(train_set, config.batch_tokens, self.dist.world_size)
+            self.steps_per_epoch = count_token_batches(
+                self.lengths, config.batch_tokens, self.dist.world_size
+            )
+        else:
+            self.steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
         self.total_steps = config.epochs * self.steps_per_epoch
-        self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
+        self.warmup_steps = (
+            config.warmup_steps
+            if config.warmup_steps is not None
+            else round(config.warmup_epochs * self.steps_per_epoch)
+        )
         self.optimizer = build_optimizer(
             model, config.lr, config.weight_decay, betas=config.betas, eps=config.eps
         )
         self.scheduler = build_scheduler(
-            self.optimizer, self.warmup_steps, self.total_steps, config.min_lr
+            self.optimizer, self.warmup_steps, self.total_steps, config.min_lr, config.schedule
         )
         self.scaler = grad_scaler(self.device, config.precision)
         rank = self.dist.rank
@@ -540,6 +592,7 @@ class Trainer:
         self.batch_in_epoch = 0  # optimiser steps done in the current epoch
         self.global_step = 0
         self.permutation: Tensor | None = None  # data order of the current epoch
+        self.batch_offsets: Tensor | None = None  # its batch boundaries (token batches only)
         self.sums = self._zero_sums()
         self.history: list[dict[str, Any]] = []
         self.stopped_early = False
@@ -826,6 +879,7 @@ class Trainer:
             "batch_in_epoch": self.batch_in_epoch,
             "global_step": self.global_step,
             "permutation": self.permutation,
+            "batch_offsets": self.batch_offsets,
             "sums": dict(self.sums),
             "history": [dict(r) for r in self.history],
             "elapsed": self.elapsed(),
@@ -838,6 +892,10 @@ class Trainer:
         """Restore a :meth:`state_dict`; refuses one from a run with other settings."""
         saved_cfg = dict(state["config"])
         saved_cfg.setdefault("precision", "bf16" if saved_cfg.get("bf16") else "fp32")
+        # Checkpoints from before these fields existed ran with their defaults.
+        saved_cfg.setdefault("warmup_steps", None)
+        saved_cfg.setdefault("schedule", "cosine")
+        saved_cfg.setdefault("batch_tokens", None)
         mine = self.config.to_dict()
         for name in _RESUME_FIELDS:
             a, b = saved_cfg.get(name), mine[name]
@@ -903,6 +961,7 @@ class Trainer:
         self.batch_in_epoch = int(state["batch_in_epoch"])
         self.global_step = int(state["global_step"])
         self.permutation = state["permutation"]
+        self.batch_offsets = state.get("batch_offsets")
         self.history = [dict(r) for r in state["history"]]
         self.stopped_early = bool(state.get("stopped_early", False))
         self._elapsed_base = float(state["elapsed"])
@@ -1147,9 +1206,13 @@ class Trainer:
     def _epoch_batches(self) -> Iterator[Batch]:
         cfg = self.config
         assert self.permutation is not None
+        offsets = self.batch_offsets
         indices = []
         for b in range(self.batch_in_epoch, self.steps_per_epoch):
-            idx = self.permutation[b * cfg.batch_size : (b + 1) * cfg.batch_size]
+            if offsets is not None:
+                idx = self.permutation[int(offsets[b]) : int(offsets[b + 1])]
+            else:
+                idx = self.permutation[b * cfg.batch_size : (b + 1) * cfg.batch_size]
             indices.append(D.shard(idx, self.dist))
         return self._batches(self.train_set, indices, epoch=self.epoch)
 
@@ -1159,7 +1222,12 @@ class Trainer:
         cfg = self.config
         n = len(self.train_set)
         if self.permutation is None:  # a new epoch: its data order, its running sums
-            self.permutation = torch.randperm(n, generator=self.data_generator)
+            if self.lengths is not None and cfg.batch_tokens is not None:
+                self.permutation, self.batch_offsets = token_batches(
+                    self.lengths, cfg.batch_tokens, self.data_generator, self.dist.world_size
+                )
+            else:
+                self.permutation = torch.randperm(n, generator=self.data_generator)
             self.batch_in_epoch = 0
             self.sums = self._zero_sums()
         bar = tqdm(
@@ -1229,6 +1297,7 @@ class Trainer:
         self.epoch += 1
         self.batch_in_epoch = 0
         self.permutation = None
+        self.batch_offsets = None
         if cfg.patience is not None and self._epochs_since_best() >= cfg.patience:
             self.stopped_early = True
         self.save()

@@ -1,0 +1,111 @@
+"""Batches by token count, bucketed by length (``TrainConfig.batch_tokens``).
+
+Sequences of very different lengths waste most of a padded batch; a fixed number of examples
+per batch also makes the memory of a step follow the longest sentence. So, as in the
+Transformer paper (batches of about 25,000 source and 25,000 target tokens), a batch here holds
+as many examples as fit a token budget: its *padded* size, examples x the longest example's
+length, is at most ``batch_tokens``.
+
+The plan of an epoch (:func:`token_batches`):
+
+1. draw a permutation with the trainer's data generator and sort it by length (a stable sort,
+   so examples of equal length come in a fresh random order every epoch);
+2. cut that order greedily into batches: a batch grows while its padded size stays within the
+   budget, and holds at least ``min_examples`` (the number of processes, so that every process
+   gets a share; only the epoch's last batch, of the longest examples, may hold fewer);
+3. shuffle the order of the batches with the same generator.
+
+How many batches there are depends only on the sorted lengths (step 2 reads nothing else), so
+every epoch has the same number of optimiser steps and the learning-rate schedule knows the
+total in advance (:func:`count_token_batches`). The plan is two tensors, the examples in batch
+order and the batch offsets; the trainer keeps both in its checkpoint, so a resumed run takes
+the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "count_token_batches",
+    "dataset_lengths",
+    "pack_sorted",
+    "token_batches",
+]
+
+
+def dataset_lengths(dataset: Any, batch_tokens: int, min_examples: int = 1) -> Tensor:
+    """The dataset's per-example lengths (its ``lengths`` attribute) as an int64 tensor,
+    checked against the token budget; one-line errors name what is wrong."""
+    lengths = getattr(dataset, "lengths", None)
+    if lengths is None:
+        raise ValueError(
+            f"batch_tokens={batch_tokens} is invalid for {type(dataset).__name__}: it has no "
+            "lengths attribute (the token count of each example) to batch by"
+        )
+    lengths = torch.as_tensor(lengths, dtype=torch.int64).reshape(-1)
+    if lengths.numel() != len(dataset):
+        raise ValueError(
+            f"batch_tokens={batch_tokens} is invalid for {type(dataset).__name__}: it has "
+            f"{len(dataset)} examples but {lengths.numel()} lengths"
+        )
+    if lengths.numel() and int(lengths.min()) < 1:
+        raise ValueError(
+            f"batch_tokens={batch_tokens} is invalid for {type(dataset).__name__}: its lengths "
+            f"must be >= 1, found {int(lengths.min())}"
+        )
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if batch_tokens < min_examples * longest:
+        per = f" for each of {min_examples} processes" if min_examples > 1 else ""
+        raise ValueError(
+            f"batch_tokens={batch_tokens} is invalid: the longest example has {longest} tokens, "
+            f"so a batch needs at least {min_examples * longest} (one example{per})"
+        )
+    return lengths
+
+
+def pack_sorted(
+    sorted_lengths: Sequence[int], batch_tokens: int, min_examples: int = 1
+) -> list[int]:
+    """Sizes of the greedy batches of lengths sorted ascending: a batch takes the next example
+    while (examples + 1) x its length <= ``batch_tokens``, or while it has fewer than
+    ``min_examples``. Only the last batch may hold fewer than ``min_examples`` (as a short last
+    batch may with a fixed ``batch_size``); it cannot join the one before it, which closed
+    because one more example would not fit."""
+    sizes: list[int] = []
+    count = 0
+    for length in sorted_lengths:
+        if count and (count + 1) * length > batch_tokens and count >= min_examples:
+            sizes.append(count)
+            count = 0
+        count += 1
+    if count:
+        sizes.append(count)
+    return sizes
+
+
+def count_token_batches(lengths: Tensor, batch_tokens: int, min_examples: int = 1) -> int:
+    """Batches per epoch: the same for every epoch (it depends only on the sorted lengths)."""
+    return len(pack_sorted(torch.sort(lengths).values.tolist(), batch_tokens, min_examples))
+
+
+def token_batches(
+    lengths: Tensor, batch_tokens: int, generator: torch.Generator, min_examples: int = 1
+) -> tuple[Tensor, Tensor]:
+    """One epoch's plan: (order (N,), offsets (S + 1,)); batch ``b`` is
+    ``order[offsets[b]:offsets[b + 1]]``. Draws two permutations from ``generator``."""
+    n = lengths.numel()
+    perm = torch.randperm(n, generator=generator)
+    sorted_lengths, by_length = torch.sort(lengths[perm], stable=True)
+    order = perm[by_length]
+    sizes = pack_sorted(sorted_lengths.tolist(), batch_tokens, min_examples)
+    batches = order.split(sizes)
+    shuffle = torch.randperm(len(batches), generator=generator)
+    order = torch.cat([batches[int(i)] for i in shuffle])
+    counts = torch.tensor([sizes[int(i)] for i in shuffle], dtype=torch.int64)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
+    return order, offsets
