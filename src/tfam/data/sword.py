@@ -114,12 +114,17 @@ def _open_bible(name: str):  # noqa: ANN202  (a pysword SwordBible)
 
 _WS = re.compile(r"\s+")
 _TAG = re.compile(r"<[^>]*>")
+# USFM character markers left in the text by the modules' conversion (KJV: "the \\nd LORD").
+_USFM = re.compile(r"\\\+?[a-z]+[0-9]*\*?")
 
 
 def clean_text(text: str) -> str:
-    """Plain verse text: leftover tags dropped, entities decoded, Unicode NFC, whitespace runs
-    (line breaks from poetry markup, double spaces) collapsed to one space, ends stripped."""
+    """Plain verse text: leftover tags, USFM markers and pilcrows dropped, entities decoded, Unicode NFC,
+    whitespace runs (line breaks from poetry markup, double spaces) collapsed to one space, ends
+    stripped."""
     text = _TAG.sub(" ", text)  # pysword's cleaner leaves unknown tags; a space keeps words apart
+    text = _USFM.sub(" ", text)
+    text = text.replace("¶", " ")  # the KJV's paragraph marks: layout, not words to translate
     text = html.unescape(text)
     text = unicodedata.normalize("NFC", text)
     return _WS.sub(" ", text).strip()

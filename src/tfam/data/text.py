@@ -233,34 +233,34 @@ def kjv_rv_pairs(split: str) -> list[tuple[VerseRef, str, str]]:
     return [v for v in parallel_verses(*KJV_RV_MODULES) if book_split(v[0].book) == split]
 
 
-def _tokenizer_key(vocab_size: int) -> str:
+def _tokenizer_key(vocab_size: int, texts: Sequence[str]) -> str:
     import tokenizers
 
-    # Everything that changes the learned merges: a change trains a new one, never reuses.
-    settings = {
-        "modules": KJV_RV_MODULES,
-        "held_out": [*VAL_BOOKS, *TEST_BOOKS],
-        "vocab_size": vocab_size,
-        "kind": "bpe-metaspace-nfc-v1",
-        "tokenizers": tokenizers.__version__,
-    }
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-    return f"kjv-rv-bpe{vocab_size}-{digest}"
+    # Everything that changes the learned merges, the training text itself included (a change
+    # in markup cleaning or in the held-out books trains a new tokenizer, never reuses one).
+    digest = hashlib.sha256()
+    settings = {"vocab_size": vocab_size, "kind": "bpe-metaspace-nfc-v2"}
+    digest.update(json.dumps([settings, tokenizers.__version__]).encode())
+    for text in texts:
+        digest.update(text.encode("utf-8") + b"\n")
+    return f"kjv-rv-bpe{vocab_size}-{digest.hexdigest()[:12]}"
 
 
 def kjv_rv_tokenizer(
     vocab_size: int = KJV_RV_VOCAB, cache_dir: str | os.PathLike | None = None
 ) -> BPETokenizer:
     """The joint English+Spanish BPE trained on the train split's verses (~4 s), kept under
-    ``cache_dir`` (default :func:`tfam_cache_dir`/tokenizers) keyed by its settings."""
+    ``cache_dir`` (default :func:`tfam_cache_dir`) in ``tokenizers/kjv-rv-bpe<vocab>-<hash>``,
+    the hash over its settings and training text: built once, then loaded."""
+    verses = kjv_rv_pairs("train")
+    texts = [e for _, e, _ in verses] + [s for _, _, s in verses]
     root = Path(cache_dir).expanduser() if cache_dir is not None else tfam_cache_dir()
-    directory = root / "tokenizers" / _tokenizer_key(vocab_size)
+    directory = root / "tokenizers" / _tokenizer_key(vocab_size, texts)
     if (directory / TOKENIZER_FILE).is_file():
         tok = load_tokenizer(directory)
         if isinstance(tok, BPETokenizer) and tok.vocab_size == vocab_size:
             return tok
-    verses = kjv_rv_pairs("train")
-    tok = BPETokenizer.train([e for _, e, _ in verses] + [s for _, _, s in verses], vocab_size)
+    tok = BPETokenizer.train(texts, vocab_size)
     if tok.vocab_size != vocab_size:  # TASK_FACTS promise the catalog's vocab_size
         raise ValueError(
             f"vocab_size={vocab_size} is invalid for kjv-rv: training stopped at {tok.vocab_size}"

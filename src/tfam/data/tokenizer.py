@@ -146,8 +146,8 @@ class BPETokenizer(Tokenizer):
     ) -> BPETokenizer:
         """Learn merges from ``texts`` (source and target sentences together) up to
         ``vocab_size`` ids, specials included. The same texts give the same tokenizer."""
+        from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
         from tokenizers import Tokenizer as HFTokenizer
-        from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
         if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
             raise ValueError(
@@ -155,7 +155,7 @@ class BPETokenizer(Tokenizer):
             )
         tok = HFTokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
         tok.normalizer = normalizers.Sequence(
-            [normalizers.NFC(), normalizers.Replace(_WS.pattern, " "), normalizers.Strip()]
+            [normalizers.NFC(), normalizers.Replace(Regex(_WS.pattern), " "), normalizers.Strip()]
         )
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
