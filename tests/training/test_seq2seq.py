@@ -315,7 +315,7 @@ def test_tiny_transformer_learns_to_copy_exactly() -> None:
     the task's metric and by greedy decoding with model.generate."""
     train, held_out = CopySet(2000, 1), CopySet(300, 2)
     model = tiny_transformer()
-    cfg = _copy_config(epochs=12, lr=1e-2, batch_tokens=400, warmup_steps=50, eval_batch_size=300)
+    cfg = _copy_config(epochs=24, lr=1e-2, batch_tokens=400, warmup_steps=50, eval_batch_size=300)
     task = Seq2Seq(generate_eval=True)
     t = time.perf_counter()
     Trainer(model, train, None, cfg, task=task).fit()
