@@ -141,8 +141,11 @@ def test_sword_path_env_is_searched(monkeypatch: pytest.MonkeyPatch, tmp_path) -
 
 
 def test_clean_text() -> None:
-    raw = "¶ the \\nd LORD\\nd*  is &amp;\n<w lemma='x'>good</w> crio\u0301 "
-    assert sword.clean_text(raw) == "the LORD is & good crió"
+    raw = (
+        "¶ the \\nd LORD\\nd*  is &amp;\n<w lemma='x'>good</w><note n=\"a\">not <hi>this</hi>"
+        "</note> LORD<w>’s</w><l type=\"x-br\"/>crio\u0301 <title type='x'/>"
+    )
+    assert sword.clean_text(raw) == "the LORD is & good LORD’s crió"
 
 
 # --- the held-out split -----------------------------------------------------------------------
