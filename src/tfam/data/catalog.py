@@ -333,10 +333,11 @@ register_dataset(
                 "label_smoothing": 0.1,
                 "clip_grad": 1.0,
             },
+            note="a modest starting point (paper-style Adam betas, warmup, inverse-sqrt); untuned",
         ),
         splits=TEXT_SPLITS,
         train_split="train",
-        aliases=("kjv-rv1909", "bible"),
+        aliases=("kjv-rv1909",),
     )
 )
 
