@@ -328,3 +328,26 @@ def test_tiny_transformer_learns_to_copy_exactly() -> None:
     for i, row in enumerate(out.tolist()):
         assert row[1 : row.index(EOS) + 1] == held_out[i][1][1:].tolist()
     assert seconds < 60, f"the copy task took {seconds:.1f} s"
+
+
+def test_token_batches_under_two_processes_equal_one(tmp_path: Path) -> None:
+    """torchrun, 2 processes (gloo): each takes its share of every token batch, and the loss is
+    the mean over the real tokens of the whole batch, so the weights equal one process's."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    worker = str(Path(__file__).with_name("seq2seq_ddp_worker.py"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one, two = tmp_path / "one", tmp_path / "two"
+    subprocess.run([sys.executable, worker, str(one)], env=env, check=True, timeout=300)
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    run += ["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", worker, str(two)]
+    done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    a, b = load_file(str(one / "model.safetensors")), load_file(str(two / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
