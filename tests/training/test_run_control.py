@@ -230,3 +230,15 @@ def test_every_config_field_has_help_for_the_command_line() -> None:
 
     for f in dataclasses.fields(TrainConfig):
         assert isinstance(f.metadata.get("help"), str) and f.metadata["help"], f.name
+
+
+def test_max_minutes_stops_at_a_step_then_finishes_as_usual(tmp_path: Path, capsys) -> None:
+    train, val, test = Synthetic(), Synthetic(80, seed=1), Synthetic(60, seed=2)
+    cfg = config(epochs=50, max_minutes=1e-9, quiet=False)  # out of time after the first step
+    result = Trainer(tiny(), train, test, cfg, tmp_path / "run", val_set=val).fit()
+    assert result.steps == 1 and result.stopped_early
+    assert test.reads == 1, "the test split is still evaluated once at the end"
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+    assert "stopped after max_minutes=1e-09 at step 1" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"max_minutes=0 is invalid"):
+        config(max_minutes=0)

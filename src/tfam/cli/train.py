@@ -28,7 +28,9 @@ from tfam.cli.translate import TOKENIZER_FILE
 
 # TrainConfig fields a resumed run does not take from the saved run: they say how this
 # invocation stops, talks or where it computes, not what it computes.
-PER_INVOCATION = frozenset({"max_steps", "quiet", "progress", "device", "num_workers", "init"})
+PER_INVOCATION = frozenset(
+    {"max_steps", "max_minutes", "quiet", "progress", "device", "num_workers", "init"}
+)
 
 # Settings of the command line itself (not TrainConfig fields) that a resumed run keeps.
 _RUN_SETTINGS = ("preset", "data_root", "pad", "flip", "no_augment", "threads")

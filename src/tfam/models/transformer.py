@@ -128,10 +128,15 @@ class Transformer(GenerationMixin, TfamModel):
 
     def init_weights(self) -> None:
         super().init_weights()
-        std = self.config.init_std
+        c = self.config
+        std = c.init_std
+        # Embeddings scaled by sqrt(D) start at unit size, like the sinusoids they are added to
+        # (N(0, D^-0.5), as fairseq's Transformer); at init_std=0.02 the positions would drown
+        # the tokens and training starts slowly.
+        embed_std = c.dim**-0.5 if c.scale_embeddings else std
         for module in self.modules():
             if isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=std)
+                nn.init.normal_(module.weight, std=embed_std)
             if isinstance(module, TokenEmbedding) and module.pos_embed is not None:
                 nn.init.normal_(module.pos_embed, std=std)
 

@@ -209,6 +209,13 @@ class TrainConfig:
     max_steps: int | None = field(
         default=None, metadata=_help("stop after N optimiser steps in all (smoke runs)")
     )
+    max_minutes: float | None = field(
+        default=None,
+        metadata=_help(
+            "stop at the first step after N minutes of training in all (over resumes), then "
+            "finish as usual: final evaluation and saved model"
+        ),
+    )
     quiet: bool = field(default=False, metadata=_help("no per-epoch lines and no progress bar"))
     progress: bool | None = field(
         default=None, metadata=_help("progress bar; none: only when stderr is a terminal")
@@ -282,6 +289,8 @@ class TrainConfig:
         positive_int("seed", allow_zero=True, hi=MAX_SEED)
         if self.max_steps is not None:
             positive_int("max_steps")
+        if self.max_minutes is not None:
+            number("max_minutes", 0.0, lo_open=True)
         if self.warmup_steps is not None:
             positive_int("warmup_steps", allow_zero=True)
         if self.batch_tokens is not None:
@@ -727,14 +736,22 @@ class Trainer:
     def _check_finite(self, local_loss: float) -> None:
         """Every rank agrees on whether the step's loss is finite (one small all-reduce), so a
         divergence stops all of them at the same step."""
+        limit = self.config.max_minutes
+        time_up = limit is not None and self.elapsed() >= 60.0 * limit
         flags = torch.tensor(
-            [0.0 if math.isfinite(local_loss) else 1.0, 1.0 if self._stop_requested else 0.0],
+            [
+                0.0 if math.isfinite(local_loss) else 1.0,
+                1.0 if self._stop_requested else 0.0,
+                1.0 if time_up else 0.0,
+            ],
             dtype=torch.float64,
             device=self._reduce_device,
         )
         if self.dist.enabled:
             D.all_reduce_tensor(flags, self.dist)
             self._stop_agreed = bool(flags[1] > 0)
+        # Every rank stops at the same step: when any of them is out of time.
+        self._time_up = bool(flags[2] > 0)
         if flags[0] > 0:
             self._diverged("the loss", local_loss)
 
@@ -1090,9 +1107,14 @@ class Trainer:
                     flush=True,
                 )
             raise KeyboardInterrupt
-        if stopped:  # max_steps
+        if stopped:  # max_steps or max_minutes
             self.save()
-            self._say(f"stopped after max_steps={cfg.max_steps} optimiser steps")
+            if self._time_up:
+                self._say(
+                    f"stopped after max_minutes={cfg.max_minutes:g} at step {self.global_step}"
+                )
+            else:
+                self._say(f"stopped after max_steps={cfg.max_steps} optimiser steps")
         return self._finish(stopped_early=stopped or self.stopped_early)
 
     def _prepare_out_dir(self) -> None:
@@ -1200,8 +1222,11 @@ class Trainer:
             raise _Stop
         if self.config.max_steps is not None and self.global_step >= self.config.max_steps:
             raise _Stop
+        if self._time_up:
+            raise _Stop
 
     _stop_agreed = False
+    _time_up = False
 
     def _epoch_batches(self) -> Iterator[Batch]:
         cfg = self.config
