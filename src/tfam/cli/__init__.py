@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Subcommand modules, in the order `tfam --help` lists them.
@@ -60,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         # trainer's errors (non-finite loss, a locked run, a failed save) are ValueErrors too.
         print(f"tfam: error: {_one_line(err)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `tfam explain ... | head`: the reader left; that is not an error. (Before OSError,
+        # its base class.) Point stdout at /dev/null so the exit-time flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as err:
         if err.filename is None:
             raise
@@ -67,10 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         reason = err.strerror or type(err).__name__
         print(f"tfam: error: {err.filename}: {reason}", file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        # `tfam explain ... | head`: the reader left; that is not an error.
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt:
         print("tfam: interrupted", file=sys.stderr)
         return 130
