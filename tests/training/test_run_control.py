@@ -242,3 +242,14 @@ def test_max_minutes_stops_at_a_step_then_finishes_as_usual(tmp_path: Path, caps
     assert "stopped after max_minutes=1e-09 at step 1" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"max_minutes=0 is invalid"):
         config(max_minutes=0)
+
+
+def test_results_json_holds_the_final_scores(tmp_path: Path) -> None:
+    import json
+
+    train, val, test = Synthetic(), Synthetic(80, seed=1), Synthetic(60, seed=2)
+    result = Trainer(tiny(), train, test, config(epochs=2), tmp_path / "run", val_set=val).fit()
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["test"]["acc"] == result.final_test_acc
+    assert record["val"]["acc"] == result.final_val_acc
+    assert record["epochs_completed"] == 2 and record["steps"] == result.steps

@@ -398,6 +398,27 @@ def preprocess_info(dataset: Any) -> dict[str, Any] | None:
     }
 
 
+RESULTS_NAME = "results.json"  # a finished run's final scores, for scripts and tests
+
+
+def _results_record(r: TrainResult) -> dict[str, Any]:
+    """What ``results.json`` holds: the final test and validation metrics and the run's extent
+    (NaN, which JSON cannot hold, becomes null)."""
+
+    def clean(metrics: dict[str, float]) -> dict[str, float | None]:
+        return {k: (None if math.isnan(v) else v) for k, v in metrics.items()}
+
+    return {
+        "test": clean(r.test_metrics),
+        "val": clean(r.val_metrics),
+        "best_epoch": r.best_epoch,
+        "epochs_completed": r.epochs_completed,
+        "steps": r.steps,
+        "seconds": r.seconds,
+        "stopped_early": r.stopped_early,
+    }
+
+
 def _write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
 
@@ -1417,6 +1438,7 @@ class Trainer:
             self._full_weights = self._weights_and_optimizer()[0]  # a collective
         if self.out_dir is not None and self.dist.is_main:
             self._write_run_files(final=True)
+            _write_json(self.out_dir / RESULTS_NAME, _results_record(result))
         D.barrier(self.dist)
         if self.dist.is_main:
             for cb in self.callbacks:
