@@ -329,3 +329,18 @@ def cli_help(argv: list[str]) -> str:
     with contextlib.redirect_stdout(buffer), pytest.raises(SystemExit):
         tfam.cli.main([*argv, "--help"])
     return buffer.getvalue()
+
+
+def test_plot_curves_draws_the_validation_split_when_the_run_had_one(tmp_path) -> None:
+    rows = ["epoch,step,train_loss,train_acc,val_loss,val_acc,lr"]
+    rows += [
+        f"{e},{10 * e},{1 / e},{0.5 + e / 10},{1.2 / e},{0.4 + e / 10},0.001" for e in (1, 2, 3)
+    ]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    fig = plot_curves(tmp_path / "metrics.csv", tmp_path / "curves.png")
+    labels = [
+        line.get_label() for line in fig.axes[1].get_lines() if not line.get_label().startswith("_")
+    ]
+    assert labels == ["train", "val"]
+    val_line = fig.axes[1].get_lines()[1]
+    assert np.allclose(val_line.get_ydata(), [50.0, 60.0, 70.0])

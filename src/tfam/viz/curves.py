@@ -1,9 +1,11 @@
 """Training curves from a run's ``metrics.csv`` (one row per epoch, written by the trainer):
 
-    epoch,step,train_loss,train_acc,test_loss,test_acc,lr,seconds,images_per_s
+    epoch,step,train_loss,train_acc,val_loss,val_acc,lr,seconds,images_per_s
 
-Panels: loss (train and test), accuracy (train and test, in %, best test epoch marked) and the
-learning rate when the file has it. Accuracy columns holding fractions (every value <= 1) are
+Panels: loss (train and the held-out split), accuracy (train and held-out, in %, best held-out
+epoch marked) and the learning rate when the file has it. The held-out split is ``val`` when the
+run had a validation split (then the test split is scored once, at the end, not per epoch),
+else ``test``. Accuracy columns holding fractions (every value <= 1) are
 shown as percentages. Empty cells (a metric not measured that epoch) are skipped.
 """
 
@@ -64,8 +66,13 @@ def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: s
             f"{metrics_csv} has no 'epoch' or 'step' column; columns: {', '.join(columns)}"
         )
     x = columns[xname]
-    known = ("train_loss", "test_loss", "train_acc", "test_acc")
-    if not any(any(math.isfinite(v) for v in columns.get(k, [])) for k in known):
+
+    def has(name: str) -> bool:
+        return any(math.isfinite(v) for v in columns.get(name, []))
+
+    held = "val" if has("val_loss") or has("val_acc") else "test"
+    known = ("train_loss", f"{held}_loss", "train_acc", f"{held}_acc")
+    if not any(has(k) for k in known):
         raise ValueError(
             f"{metrics_csv} has none of the columns {', '.join(known)} with numbers; "
             f"columns: {', '.join(columns)}"
@@ -74,32 +81,32 @@ def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: s
     n = 3 if has_lr else 2
     fig = Figure(figsize=(4.6 * n, 4.0), layout="constrained")
     axes = fig.subplots(1, n)
-    styles = {"train": dict(color="tab:blue"), "test": dict(color="tab:orange")}
+    styles = {"train": dict(color="tab:blue"), held: dict(color="tab:orange")}
     many = len(x) > 40  # markers only while they stay readable
 
     ax = axes[0]
-    for split in ("train", "test"):
+    for split in ("train", held):
         xs, ys = _series(columns, x, f"{split}_loss")
         if xs:
             ax.plot(xs, ys, label=split, marker=None if many else "o", ms=3, **styles[split])
     ax.set_title("loss (cross-entropy)")
     ax.set_ylabel("loss")
     losses = [
-        v for k in ("train_loss", "test_loss") for v in columns.get(k, []) if math.isfinite(v)
+        v for k in ("train_loss", f"{held}_loss") for v in columns.get(k, []) if math.isfinite(v)
     ]
     if losses and min(losses) > 0 and max(losses) / min(losses) > 10:
         ax.set_yscale("log")  # a wide range: the late, small improvements stay visible
         ax.set_ylabel("loss (log scale)")
 
     ax = axes[1]
-    accs = [v for k in ("train_acc", "test_acc") for v in columns.get(k, []) if math.isfinite(v)]
+    accs = [v for k in ("train_acc", f"{held}_acc") for v in columns.get(k, []) if math.isfinite(v)]
     scale = 100.0 if accs and max(accs) <= 1.0 else 1.0
-    for split in ("train", "test"):
+    for split in ("train", held):
         xs, ys = _series(columns, x, f"{split}_acc")
         ys = [v * scale for v in ys]
         if xs:
             ax.plot(xs, ys, label=split, marker=None if many else "o", ms=3, **styles[split])
-        if split == "test" and ys:
+        if split == held and ys:
             best = max(range(len(ys)), key=ys.__getitem__)
             ax.plot([xs[best]], [ys[best]], "*", color="tab:red", ms=12, zorder=5)
             ax.annotate(
