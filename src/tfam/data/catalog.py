@@ -238,10 +238,12 @@ def default_augment(
 
 
 # ---------------------------------------------------------------------------------------------
-# The registered datasets. Recipes measured on the shared 2-core CPU: digits 99.44% final in
-# 99 s; Fashion-MNIST 91.65% in 34.4 min (24 epochs; with a learned position table instead of
-# sine-cosine, 89.83% in 40.1 min), init_std chosen from 400-step probes (0.02: 69.5%, 0.05:
-# 70.7%, 0.1: 67.3%). Both measured before the validation holdout: they trained on all of train.
+# The registered datasets. Recipes measured on the shared 2-core CPU: digits, trained on the fit
+# split with the validation holdout, 98.70% mean final test accuracy over seeds 0-2 (99.17 /
+# 98.33 / 98.61%) in 197-205 s each under contention; Fashion-MNIST 91.65% in 34.4 min (24
+# epochs; with a learned position table instead of sine-cosine, 89.83% in 40.1 min), init_std
+# chosen from 400-step probes (0.02: 69.5%, 0.05: 70.7%, 0.1: 67.3%), measured before the
+# validation holdout (trained on all of train).
 
 register_dataset(
     DatasetEntry(
@@ -250,13 +252,15 @@ register_dataset(
         info=DIGITS,
         loader=lambda split, root=None, seed=0: load_digits(split, seed=seed),
         recipe=Recipe(
-            preset="vit_digits",  # init_std=0.1, drop_path=0.1, attention=math live there
+            preset="vit_digits",  # init_std, drop_path, pool, positions, attention live there
             train={
                 "epochs": 150,
                 "batch_size": 128,
                 "lr": 2e-3,
                 "min_lr": 1e-5,
-                "weight_decay": 0.05,
+                # The fit split is 10% smaller than train: stronger decay against overfitting
+                # (the model reaches ~100% train accuracy).
+                "weight_decay": 0.2,
                 "warmup_epochs": 5.0,
                 "label_smoothing": 0.1,
                 "clip_grad": 1.0,
