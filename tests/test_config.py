@@ -10,8 +10,8 @@ import pytest
 
 import tfam
 from tfam.config import BaseConfig
-from tfam.models.vit import ViTConfig
 from tfam.models import create_config, list_models
+from tfam.models.vit import ViTConfig
 
 TINY = dict(image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=1, heads=2)
 
