@@ -485,9 +485,15 @@ def run(args: argparse.Namespace) -> int:
         sizes = f"{len(train_set)} train"
         sizes += f" / {len(val_set)} val" if val_set is not None else ""
         sizes += f" / {len(test_set)} test" if test_set is not None else ""
+        batch = (
+            f"batches of <= {config.batch_tokens} tokens"
+            if config.batch_tokens
+            else f"batch {config.batch_size}"
+        )
+        budget = f" (at most {config.max_minutes:g} min)" if config.max_minutes else ""
         print(
             f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {task.unit}, "
-            f"{config.epochs} epochs of batch {config.batch_size}, lr {config.lr:g}, "
+            f"{config.epochs} epochs{budget} of {batch}, lr {config.lr:g} ({config.schedule}), "
             f"{torch.get_num_threads()} threads -> {out}",
             flush=True,
         )
