@@ -5,7 +5,8 @@ where the family has a Hugging Face counterpart. transformers is optional: it is
 when a conversion runs (ImportError with an install hint otherwise).
 
 Families: ViT (``transformers.ViTModel``, ``transformers.ViTForImageClassification``), see
-:mod:`tfam.interop.hf_vit`.
+:mod:`tfam.interop.hf_vit`; GPT-2 (``GPT2LMHeadModel``, ``GPT2Model``), see
+:mod:`tfam.interop.hf_gpt2`.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ def from_hf(hf_model: Any, **options: Any) -> nn.Module:
         from tfam.interop.hf_vit import vit_from_hf
 
         return vit_from_hf(hf_model, **options)
+    if model_type == "gpt2":
+        from tfam.interop.hf_gpt2 import gpt2_from_hf
+
+        return gpt2_from_hf(hf_model, **options)
     raise ValueError(
         f"hf_model={type(hf_model).__name__} (model_type={model_type!r}) is invalid: "
         "tfam converts Hugging Face ViT models (model_type 'vit': ViTModel, "
-        "ViTForImageClassification)"
+        "ViTForImageClassification; 'gpt2': GPT2LMHeadModel, GPT2Model)"
     )
 
 
@@ -42,9 +47,13 @@ def to_hf(model: nn.Module, **options: Any) -> nn.Module:
         from tfam.interop.hf_vit import vit_to_hf
 
         return vit_to_hf(model, **options)  # type: ignore[arg-type]
+    if family == "gpt":
+        from tfam.interop.hf_gpt2 import gpt2_to_hf
+
+        return gpt2_to_hf(model, **options)  # type: ignore[arg-type]
     raise ValueError(
         f"model={type(model).__name__} (family {family!r}) is invalid: tfam converts to "
-        "Hugging Face for these families: 'vit'"
+        "Hugging Face for these families: 'vit', 'gpt'"
     )
 
 

@@ -1,0 +1,271 @@
+"""GPT (Radford et al. 2018, 2019): a decoder-only, causal Transformer that predicts the next
+token, as the source documents contrast it with BERT:
+
+token ids (B, L)
+  -> token embedding + learned position embedding, dropout
+  -> N x [ X1 = X0 + MaskedMHSA(LN(X0));  X_out = X1 + MLP(LN(X1)) ]   (pre-norm, GELU)
+  -> final LN -> Linear to the vocabulary (its weight is the token embedding: tied)
+
+Token i sees tokens 0..i only, so the logits at i are the model's guess for token i + 1.
+A batch of prompts of different lengths is left-padded: ``attention_mask`` (B, L), True = real
+token, hides the padding, and each row's positions start at its first real token (Hugging
+Face's ``position_ids = cumsum(attention_mask) - 1``), so a padded prompt gives the same
+logits as the prompt alone. ``position`` may also be ``"rope"``, ``"alibi"`` or ``"none"``:
+those act inside attention (wired by the stack) or not at all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
+from tfam.generation import DecodingState, GenerationMixin
+from tfam.layers import TransformerStack, make_norm
+from tfam.models.base import TfamModel
+from tfam.models.registry import register_preset
+
+
+@dataclass
+class GPTConfig(BaseConfig):
+    """A decoder-only language model; the defaults are GPT-2 (124M)'s shape. ``max_positions`` is the
+    context: the longest sequence (prompt plus generated tokens) the model takes. Special ids
+    may be None (GPT-2 has no padding token)."""
+
+    family: ClassVar[str] = "gpt"
+    positions: ClassVar[tuple[str, ...]] = ("learned", "rope", "alibi", "none")
+
+    dim: int = 768
+    depth: int = 12
+    heads: int = 12
+    ffn_dim: int | None = None  # None -> 4 * dim
+    activation: str = "gelu_tanh"
+    norm_eps: float = 1e-5
+    norm_first: bool = True
+    dropout: float = 0.1
+    attn_dropout: float = 0.1
+    position: str = "learned"
+    init_std: float = 0.02
+    vocab_size: int = 50257
+    max_positions: int = 1024
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None  # GPT-2's presets: 50256 (<|endoftext|>)
+    eos_token_id: int | None = None
+    tie_output: bool = True  # the LM head's weight is the token embedding
+    final_norm: bool = True  # LN after the last block (GPT-2; pre-norm stacks need it)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int("vocab_size", self.vocab_size)
+        check_positive_int("max_positions", self.max_positions)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            check_positive_int(name, value, allow_zero=True)
+            if value >= self.vocab_size:
+                raise config_error(
+                    name, value, f"expected None or an id below vocab_size={self.vocab_size}"
+                )
+        for name in ("tie_output", "final_norm"):
+            check_bool(name, getattr(self, name))
+
+
+class GPT(GenerationMixin, TfamModel):
+    """``model(input_ids, attention_mask=None)`` -> next-token logits (B, L, V);
+    ``model.generate(input_ids, ...)`` continues prompts (greedy, sampling, beam search, with
+    or without the KV cache: :mod:`tfam.generation`)."""
+
+    config_class = GPTConfig
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__(config)
+        c = config
+        self.tok_embed = nn.Embedding(c.vocab_size, c.dim)
+        self.pos_embed = (
+            nn.Parameter(torch.zeros(c.max_positions, c.dim)) if c.position == "learned" else None
+        )
+        self.drop = nn.Dropout(c.dropout)
+        self.stack = TransformerStack(c, causal=True)
+        self.norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
+        self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+        self.init_weights()
+        if c.tie_output:
+            self.lm_head.weight = self.tok_embed.weight
+
+    def init_weights(self) -> None:
+        super().init_weights()
+        c = self.config
+        nn.init.normal_(self.tok_embed.weight, std=c.init_std)
+        if self.pos_embed is not None:
+            nn.init.normal_(self.pos_embed, std=c.init_std)
+        # GPT-2: the projections that write into the residual stream start smaller, by
+        # 1/sqrt(2N), so the stream's variance does not grow with depth.
+        std = c.init_std / math.sqrt(2 * max(c.depth, 1))
+        for block in self.stack.blocks:
+            for linear in (block.mhsa.out_proj, block.mlp.fc2):
+                nn.init.trunc_normal_(linear.weight, std=std, a=-2 * std, b=2 * std)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"pos_embed"} if self.pos_embed is not None else set()
+
+    # -- checks ----------------------------------------------------------------------------
+    def check_ids(self, ids: Tensor, name: str = "input_ids") -> None:
+        if ids.ndim != 2 or ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(
+                f"{name} has shape {tuple(ids.shape)} and dtype {ids.dtype}; expected token ids "
+                "(B, L) of int64"
+            )
+        v = self.config.vocab_size
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= v):
+            raise ValueError(
+                f"{name} holds ids in [{int(ids.min())}, {int(ids.max())}]; expected ids in "
+                f"[0, {v}) (vocab_size={v})"
+            )
+
+    def _check_mask(self, attention_mask: Tensor | None, ids: Tensor) -> Tensor | None:
+        """(B, L) True/1 = real token -> bool (B, L), or None when every token is real (the
+        fused causal kernel then runs)."""
+        if attention_mask is None:
+            return None
+        if attention_mask.shape != ids.shape:
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)}; expected the shape of "
+                f"input_ids {tuple(ids.shape)} with True or 1 = real token"
+            )
+        mask = attention_mask.bool()
+        return None if bool(mask.all()) else mask
+
+    # -- the network -----------------------------------------------------------------------
+    def _positions(
+        self, n: int, offset: int, key_mask: Tensor | None, device: torch.device
+    ) -> Tensor:
+        """Positions of the last n tokens: (n,) from ``offset``, or (B, n) counted from each
+        row's first real token when a key mask (B, offset + n) is given."""
+        if key_mask is None:
+            return torch.arange(offset, offset + n, device=device)
+        # Padding positions are clamped to 0: their outputs are never read.
+        return (key_mask.long().cumsum(dim=-1) - 1).clamp_(min=0)[:, -n:]
+
+    def _hidden(
+        self,
+        ids: Tensor,
+        key_mask: Tensor | None,
+        cache: Any = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Any] | None]:
+        """ids (B, n) (the new tokens when cached); key_mask (B, Lk) over every key so far or
+        None -> final-normed hidden states (B, n, D), weights."""
+        offset = cache.position if cache is not None else 0
+        n = ids.shape[1]
+        limit = self.config.max_positions
+        if offset + n > limit:
+            raise ValueError(
+                f"the sequence needs {offset + n} positions; this model has max_positions="
+                f"{limit} (shorten the input to at most {limit} tokens)"
+            )
+        positions = self._positions(n, offset, key_mask, ids.device)
+        x = self.tok_embed(ids)
+        if self.pos_embed is not None:
+            table = (
+                self.pos_embed[positions]
+                if key_mask is not None
+                else self.pos_embed[offset : offset + n]
+            )
+            x = x + table.to(x.dtype)
+        x = self.drop(x)
+        x, weights = self.stack(
+            x,
+            mask=None if key_mask is None else key_mask[:, None, None, :],
+            cache=cache,
+            # Per-row positions matter only to RoPE (ALiBi is relative, so a shared shift
+            # changes nothing); without a key mask the attention derives them from the cache.
+            positions=positions if key_mask is not None else None,
+            need_weights=need_weights,
+        )
+        return self.norm(x), weights
+
+    def forward_features(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """input_ids (B, L), attention_mask (B, L) -> final-normed hidden states (B, L, D)
+        (Hugging Face's ``last_hidden_state``)."""
+        self.check_ids(input_ids)
+        return self._hidden(input_ids, self._check_mask(attention_mask, input_ids))[0]
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """input_ids (B, L) -> logits (B, L, V): at position i, the scores of token i + 1.
+        ``attention_mask`` (B, L), True/1 = real token (left padding; positions start at each
+        row's first real token). With ``return_attention`` also N x (B, H, L, L) weights."""
+        self.check_ids(input_ids)
+        mask = self._check_mask(attention_mask, input_ids)
+        x, weights = self._hidden(input_ids, mask, need_weights=return_attention)
+        logits = self.lm_head(x)
+        if return_attention:
+            return logits, weights or []
+        return logits
+
+    # -- decoding (tfam.generation) --------------------------------------------------------
+    def prepare_decoding(
+        self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int, use_cache: bool
+    ) -> tuple[DecodingState, Tensor]:
+        self.check_ids(input_ids)
+        length, limit = input_ids.shape[1], self.config.max_positions
+        if length + max_new_tokens > limit:
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens} is invalid: the prompt has {length} tokens and "
+                f"the model's context is max_positions={limit}, so at most "
+                f"{max(limit - length, 0)} new tokens fit"
+            )
+        mask = self._check_mask(attention_mask, input_ids)
+        cache = self.stack.make_cache(length + max_new_tokens) if use_cache else None
+        return DecodingState(cache=cache, key_mask=mask), input_ids
+
+    def decode_step(self, state: DecodingState, ids: Tensor) -> Tensor:
+        x, _ = self._hidden(ids, state.key_mask, cache=state.cache)
+        return self.lm_head(x[:, -1])
+
+    def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
+        """Random ids (B, min(8, max_positions)), no padding."""
+        c = self.config
+        return (torch.randint(0, c.vocab_size, (batch_size, min(8, c.max_positions))),)
+
+
+def _gpt(name: str, description: str, **values: Any) -> None:
+    register_preset(name, "gpt", description, **values)
+
+
+_gpt(
+    "gpt2",
+    "GPT-2 small (124M): D=768, H=12, N=12, 1024 positions, 50257 BPE ids, GELU (tanh), "
+    "pre-norm, tied LM head",
+    bos_token_id=50256,
+    eos_token_id=50256,
+)
+_gpt(
+    "gpt2_medium",
+    "GPT-2 medium (355M): D=1024, H=16, N=24, 1024 positions, 50257 BPE ids",
+    dim=1024,
+    heads=16,
+    depth=24,
+    bos_token_id=50256,
+    eos_token_id=50256,
+)
+_gpt(
+    "gpt_char_small",
+    "character-level GPT that trains on 2 CPU cores: D=128, H=4, N=4, context 128, 128 ids",
+    dim=128,
+    heads=4,
+    depth=4,
+    vocab_size=128,
+    max_positions=128,
+    dropout=0.0,
+    attn_dropout=0.0,
+)
