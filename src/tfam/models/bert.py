@@ -1,0 +1,307 @@
+"""BERT (Devlin et al. 2019), the bidirectional encoder, as the source documents describe it:
+
+token ids (B, L), segment ids (B, L)
+  -> token + segment + learned position embeddings       (B, L, D)
+  -> LayerNorm -> dropout
+  -> N x [ X1 = LN(X0 + MHSA(X0));  X_out = LN(X1 + MLP(X1)) ]   (post-norm, GELU)
+  -> head, chosen by ``config.head``:
+       "none":     the hidden states                      (B, L, D)
+       "mlm":      dense -> GELU -> LN -> decoder tied to the token embeddings (+ bias)
+                                                          (B, L, V)
+       "token":    dropout -> Linear, one label per token (B, L, num_labels)
+       "sequence": pooler (dense + tanh on [CLS]) -> dropout -> Linear
+                                                          (B, num_labels)
+
+``attention_mask`` (B, L), True/1 = real token, hides padding keys. As in Hugging Face's
+``BertModel``, no mask means every token is attended to (ids equal to ``pad_token_id`` are not
+masked on their own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from tfam.config import BaseConfig, check_bool, check_choice, check_positive_int, config_error
+from tfam.layers import TransformerStack, make_norm, padding_mask
+from tfam.models.base import TfamModel
+from tfam.models.registry import register_preset
+
+HEADS = ("none", "mlm", "token", "sequence")
+# The MLM transform's activation; gated kinds have no single-input form.
+_HEAD_ACTIVATIONS = {
+    "gelu": lambda: nn.GELU(),
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    "relu": lambda: nn.ReLU(),
+    "silu": lambda: nn.SiLU(),
+}
+
+
+@dataclass
+class BertConfig(BaseConfig):
+    """BERT: embeddings (token + segment + position, LN) -> post-norm encoder -> ``head``.
+
+    ``pooler`` (dense + tanh on [CLS]) is built when the head reads it ("sequence") unless set:
+    ``pooler=True`` with another head keeps it for :meth:`Bert.pool` (Hugging Face's
+    ``BertModel.pooler_output``).
+    """
+
+    family: ClassVar[str] = "bert"
+    positions: ClassVar[tuple[str, ...]] = ("learned",)
+
+    dim: int = 768
+    depth: int = 12
+    heads: int = 12
+    ffn_dim: int | None = 3072
+    activation: str = "gelu"  # exact (erf) GELU, as BERT
+    norm_eps: float = 1e-12
+    norm_first: bool = False
+    dropout: float = 0.1
+    attn_dropout: float = 0.1
+    position: str = "learned"
+    vocab_size: int = 30522
+    max_positions: int = 512
+    type_vocab_size: int = 2
+    pad_token_id: int = 0
+    head: str = "none"
+    num_labels: int = 2
+    pooler: bool | None = None  # None -> head == "sequence"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int("vocab_size", self.vocab_size)
+        check_positive_int("max_positions", self.max_positions)
+        check_positive_int("type_vocab_size", self.type_vocab_size)
+        check_positive_int("pad_token_id", self.pad_token_id, allow_zero=True)
+        if self.pad_token_id >= self.vocab_size:
+            raise config_error(
+                "pad_token_id",
+                self.pad_token_id,
+                f"expected an id below vocab_size={self.vocab_size}",
+            )
+        check_choice("head", self.head, HEADS)
+        check_positive_int("num_labels", self.num_labels)
+        if self.pooler is None:
+            self.pooler = self.head == "sequence"
+        check_bool("pooler", self.pooler)
+        if self.head == "sequence" and not self.pooler:
+            raise config_error(
+                "pooler", self.pooler, "head='sequence' reads the pooled [CLS]: expected true"
+            )
+        if self.head == "mlm" and self.activation not in _HEAD_ACTIVATIONS:
+            raise config_error(
+                "activation",
+                self.activation,
+                f"head='mlm' applies it to one input in its transform; expected one of "
+                f"{', '.join(map(repr, _HEAD_ACTIVATIONS))}",
+            )
+
+
+class BertEmbeddings(nn.Module):
+    """ids (B, L), segment ids (B, L) -> LN(token + segment + position) -> dropout (B, L, D)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        c = config
+        self.tokens = nn.Embedding(c.vocab_size, c.dim, padding_idx=c.pad_token_id)
+        self.segments = nn.Embedding(c.type_vocab_size, c.dim)
+        self.positions = nn.Embedding(c.max_positions, c.dim)
+        self.norm = make_norm(c.norm, c.dim, c.norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, ids: Tensor, token_type_ids: Tensor) -> Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tokens(ids) + self.segments(token_type_ids) + self.positions(pos)
+        return self.dropout(self.norm(x))
+
+
+class MaskedLMHead(nn.Module):
+    """(B, L, D) -> dense -> activation -> LN -> decoder (tied to the token table) + bias
+    -> (B, L, V)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        c = config
+        self.dense = nn.Linear(c.dim, c.dim)
+        self.act = _HEAD_ACTIVATIONS[c.activation]()
+        self.norm = make_norm(c.norm, c.dim, c.norm_eps)
+        self.decoder = nn.Linear(c.dim, c.vocab_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.decoder(self.norm(self.act(self.dense(x))))
+
+
+class Bert(TfamModel):
+    config_class = BertConfig
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        c = config
+        self.embed = BertEmbeddings(c)
+        self.encoder = TransformerStack(c)
+        # Post-norm blocks end in a norm; pre-norm ones need one after the last block.
+        self.norm = make_norm(c.norm, c.dim, c.norm_eps) if c.norm_first else nn.Identity()
+        self.pooler = nn.Sequential(nn.Linear(c.dim, c.dim), nn.Tanh()) if c.pooler else None
+        self.mlm: MaskedLMHead | None = MaskedLMHead(c) if c.head == "mlm" else None
+        if c.head in ("token", "sequence"):
+            self.head_dropout = nn.Dropout(c.dropout)
+            self.classifier: nn.Linear | None = nn.Linear(c.dim, c.num_labels)
+        else:
+            self.classifier = None
+        self.init_weights()
+        if self.mlm is not None:
+            self.mlm.decoder.weight = self.embed.tokens.weight
+
+    def init_weights(self) -> None:
+        super().init_weights()
+        std = self.config.init_std
+        for module in self.modules():
+            if isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=std)
+                if module.padding_idx is not None and module.weight.device.type != "meta":
+                    with torch.no_grad():
+                        module.weight[module.padding_idx].zero_()
+
+    def check_inputs(
+        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None
+    ) -> None:
+        """One clear line for ids outside the tables, wrong shapes or too long inputs."""
+        c = self.config
+        if input_ids.ndim != 2 or input_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(
+                f"input_ids has shape {tuple(input_ids.shape)} and dtype {input_ids.dtype}; "
+                "expected token ids (B, L) of int64"
+            )
+        if input_ids.shape[1] > c.max_positions:
+            raise ValueError(
+                f"input_ids has {input_ids.shape[1]} tokens; this model has max_positions="
+                f"{c.max_positions} (truncate the input)"
+            )
+        for name, ids, size, field in (
+            ("input_ids", input_ids, c.vocab_size, "vocab_size"),
+            ("token_type_ids", token_type_ids, c.type_vocab_size, "type_vocab_size"),
+        ):
+            if ids is None or not ids.numel():
+                continue
+            if ids.shape != input_ids.shape:
+                raise ValueError(
+                    f"{name} has shape {tuple(ids.shape)}; expected input_ids' {tuple(input_ids.shape)}"
+                )
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= size:
+                raise ValueError(
+                    f"{name} holds ids in [{low}, {high}]; expected 0 <= id < {field}={size}"
+                )
+        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)}; expected input_ids' "
+                f"{tuple(input_ids.shape)} with True or 1 = real token"
+            )
+
+    def forward_features(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """input_ids (B, L) -> hidden states (B, L, D) [, depth x (B, H, L, L)]."""
+        self.check_inputs(input_ids, attention_mask, token_type_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        mask = padding_mask(attention_mask) if attention_mask is not None else None
+        x = self.embed(input_ids, token_type_ids)
+        x, weights = self.encoder(x, mask=mask, need_weights=return_attention)
+        x = self.norm(x)
+        return (x, weights or []) if return_attention else x
+
+    def pool(self, hidden: Tensor) -> Tensor:
+        """The pooler: tanh(dense(hidden[:, 0])). (B, L, D) -> (B, D)."""
+        if self.pooler is None:
+            raise ValueError("this model has no pooler (config.pooler=False)")
+        return self.pooler(hidden[:, 0])
+
+    def forward_head(self, hidden: Tensor) -> Tensor:
+        """(B, L, D) -> the head's output (see the module docstring)."""
+        head = self.config.head
+        if head == "mlm":
+            assert self.mlm is not None
+            return self.mlm(hidden)
+        if head == "token":
+            assert self.classifier is not None
+            return self.classifier(self.head_dropout(hidden))
+        if head == "sequence":
+            assert self.classifier is not None
+            return self.classifier(self.head_dropout(self.pool(hidden)))
+        return hidden
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """input_ids (B, L); attention_mask (B, L), True/1 = real token; token_type_ids (B, L)
+        segments (default 0). -> logits (B, L, V) for "mlm", (B, L, num_labels) for "token",
+        (B, num_labels) for "sequence", hidden states (B, L, D) for "none"
+        [, depth x attention weights (B, H, L, L)]."""
+        if return_attention:
+            hidden, weights = self.forward_features(
+                input_ids, attention_mask, token_type_ids, return_attention=True
+            )
+            return self.forward_head(hidden), weights
+        hidden = self.forward_features(input_ids, attention_mask, token_type_ids)
+        assert isinstance(hidden, Tensor)
+        return self.forward_head(hidden)
+
+    def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
+        """Random ids (B, L <= 8) and an attention mask whose last row ends in padding."""
+        c = self.config
+        length = min(8, c.max_positions)
+        ids = torch.randint(0, c.vocab_size, (batch_size, length))
+        mask = torch.ones(batch_size, length, dtype=torch.bool)
+        mask[-1, length // 2 + 1 :] = False
+        ids[~mask] = c.pad_token_id
+        return ids, mask
+
+
+def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """The mean of each row's real tokens (sentence-transformers' mean pooling).
+    hidden (B, L, D), attention_mask (B, L) True/1 = real -> (B, D)."""
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    # clamp: a row without a real token gives zeros, not NaN (sentence-transformers clamps too)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
+def _bert(name: str, description: str, **values: Any) -> None:
+    register_preset(name, "bert", description, **values)
+
+
+# Pre-training shape: the MLM head (no pooler), so every weight of a preset is trained.
+_bert(
+    "bert_base",
+    "BERT-Base (110M): D=768, 12 blocks, H=12, FFN 3072, 30522 WordPiece ids, MLM head",
+    head="mlm",
+)
+_bert(
+    "bert_large",
+    "BERT-Large (335M): D=1024, 24 blocks, H=16, FFN 4096, 30522 WordPiece ids, MLM head",
+    dim=1024,
+    depth=24,
+    heads=16,
+    ffn_dim=4096,
+    head="mlm",
+)
+_bert(
+    "minilm_l6",
+    "MiniLM-L6-H384 (the packaged all-MiniLM-L6-v2 encoder, 22.6M without its pooler): D=384, 6 blocks, H=12, "
+    "FFN 1536, hidden states out (mean-pool them for a sentence embedding)",
+    dim=384,
+    depth=6,
+    heads=12,
+    ffn_dim=1536,
+)

