@@ -35,7 +35,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, batch {args.batch}")
     print(f"{'tokens':>6}  {'math ms':>8}  {'sdpa ms':>8}  {'sdpa/math time':>14}  faster")
-    for side in (4, 6, 8, 10, 12, 14, 16):  # patch grid side: tokens = side^2 + 1
+    for side in (2, 3, 4, 6, 8, 10, 12, 14, 16):  # patch grid side: tokens = side^2 + 1
         torch.manual_seed(0)
         size = side * 2
         model = tfam.create_model(

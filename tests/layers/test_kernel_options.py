@@ -46,7 +46,7 @@ def test_options_round_trip_through_json():
     assert model.blocks[0].mhsa.kernel.to_options() == {"backend": "math"}
     # Defaults are written out, so the JSON says what ran.
     auto = BaseConfig(dim=8, heads=2, attention="auto")
-    assert json.loads(auto.to_json())["attention_options"] == {"crossover": 64}
+    assert json.loads(auto.to_json())["attention_options"] == {"crossover": 1}
 
 
 @pytest.mark.parametrize(

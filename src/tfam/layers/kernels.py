@@ -275,14 +275,17 @@ class SDPAKernel(AttentionKernel):
 
 @dataclasses.dataclass(frozen=True)
 class AutoOptions:
-    # Key length from which `sdpa` runs instead of `math` (both exact). Measured on CPU with
-    # benchmarks/bench_attention.py; above it math's O(L^2) scores also cost more memory.
-    crossover: int = 64
+    # Key length from which `sdpa` runs instead of `math` (both exact). On this project's 2-core
+    # CPU, benchmarks/bench_attention.py finds `sdpa` as fast or faster from 5 keys up, so the
+    # default is 1 (always `sdpa`); a machine where `math` wins on short inputs raises it. Past
+    # the crossover `math` would also hold O(L^2) scores in memory.
+    crossover: int = 1
 
 
 class AutoKernel(AttentionKernel):
-    """``math`` below ``crossover`` keys (faster for short sequences), ``sdpa`` from there on
-    (fused, O(L) memory). Both compute the same formula; weights come from ``math``."""
+    """``math`` below ``crossover`` keys, ``sdpa`` from there on (fused, O(L) memory): the
+    faster exact kernel by length, as measured. Both compute the same formula; weights, when
+    asked for, come from ``math``."""
 
     name = "auto"
     Options = AutoOptions
