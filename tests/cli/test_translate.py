@@ -103,6 +103,13 @@ def test_translate_arguments_and_stdin(cli, copy_run: Path, monkeypatch) -> None
     code, out, err = cli(["translate", copy_run, *texts, "--batch-size", "2", "--device", "cpu"])
     assert code == 0, err
     assert out.splitlines() == expect
+    # Options before the sentences work too (argparse alone would stop at the first option).
+    code, out, err = cli(["translate", copy_run, "--beam", "4", *texts[:2]])
+    assert code == 0, err
+    assert out.splitlines() == expect[:2]
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own usage error
+        cli(["translate", copy_run, "--beam", "4", "--bogus", texts[0]])
+    assert exit_info.value.code == 2
     # No TEXT (and '-'): one line per stdin line.
     for extra in ([], ["-"]):
         monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(texts[:3]) + "\n"))

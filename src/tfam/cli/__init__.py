@@ -49,7 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse stops filling a nargs='*' positional at the first option, so `tfam translate DIR
+    # --beam 4 "text"` would leave "text" over; a command that names such a positional
+    # (`set_defaults(trailing=...)`) takes the words that follow its options too.
+    trailing = getattr(args, "trailing", None)
+    if extra and trailing and not any(e.startswith("-") and e != "-" for e in extra):
+        setattr(args, trailing, list(getattr(args, trailing) or []) + extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not hasattr(args, "func"):
         parser.print_help()
         return 2

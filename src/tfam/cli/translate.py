@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sentences per generate call (default: 32)",
     )
     add_device_option(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, trailing="texts")
 
 
 def add_decoding_options(
