@@ -88,6 +88,27 @@ class Task(Protocol):
     def predict(self, model: nn.Module, batch: Batch) -> Tensor: ...
 
 
+def token_cross_entropy(
+    logits: Tensor, labels: Tensor, label_smoothing: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """Per-token cross-entropy summed over positions whose label is not ``IGNORE_INDEX``:
+    logits (..., V), labels (...) -> (loss to minimise (with label smoothing), plain loss
+    (detached when smoothing, for metrics comparable with evaluation))."""
+    flat, flat_labels = logits.flatten(0, -2), labels.flatten()
+    loss = F.cross_entropy(
+        flat,
+        flat_labels,
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+        label_smoothing=label_smoothing,
+    )
+    if label_smoothing == 0:
+        return loss, loss
+    with torch.no_grad():
+        plain = F.cross_entropy(flat, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss, plain
+
+
 def split_batch(batch: Batch, parts: int) -> list[Batch]:
     """Cut every tensor of a batch into ``parts`` nearly equal chunks along dim 0 (the larger
     chunks first, as ``Tensor.tensor_split``); empty chunks are dropped."""
@@ -258,26 +279,16 @@ class TokenClassification:
     ) -> tuple[Tensor, dict[str, Tensor]]:
         labels = batch["labels"]
         logits = self._logits(model, batch)
-        flat, flat_labels = logits.flatten(0, -2), labels.flatten()
         smoothing = float(getattr(config, "label_smoothing", 0.0))
-        loss = F.cross_entropy(
-            flat, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=smoothing
-        )
+        loss, plain = token_cross_entropy(logits, labels, smoothing)
         with torch.no_grad():
-            plain = (
-                loss
-                if smoothing == 0
-                else F.cross_entropy(flat, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum")
-            )
             sums = self._sums(logits, labels, plain)
         return loss, sums
 
     def eval_sums(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
         labels = batch["labels"]
         logits = self._logits(model, batch)
-        loss = F.cross_entropy(
-            logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-        )
+        loss = token_cross_entropy(logits, labels)[1]
         return self._sums(logits, labels, loss)
 
     def reduce(self, sums: dict[str, float]) -> dict[str, float]:
@@ -415,17 +426,9 @@ class Seq2Seq:
         self._check_pad(model)
         labels = batch["labels"]
         logits = self._logits(model, batch)
-        flat, flat_labels = logits.flatten(0, -2), labels.flatten()
         smoothing = float(getattr(config, "label_smoothing", 0.0))
-        loss = F.cross_entropy(
-            flat, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=smoothing
-        )
+        loss, plain = token_cross_entropy(logits, labels, smoothing)
         with torch.no_grad():
-            plain = (
-                loss
-                if smoothing == 0
-                else F.cross_entropy(flat, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum")
-            )
             sums = self._sums(logits, labels, plain)
         return loss, sums
 
@@ -433,9 +436,7 @@ class Seq2Seq:
         self._check_pad(model)
         labels = batch["labels"]
         logits = self._logits(model, batch)
-        loss = F.cross_entropy(
-            logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-        )
+        loss = token_cross_entropy(logits, labels)[1]
         sums = self._sums(logits, labels, loss)
         if self.generate_eval:
             sums["gen_exact"] = self._generated_exact(model, batch)
