@@ -15,6 +15,7 @@ Argument names follow Hugging Face's ``generate`` so its users feel at home.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,9 +107,11 @@ def length_penalty_factor(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-class GenerationMixin:
-    """``generate`` for a family that implements ``prepare_decoding`` and ``decode_step``."""
+class GenerationMixin(ABC):
+    """``generate`` for a family that implements ``prepare_decoding`` and ``decode_step``
+    (abstract: a family that mixes this in cannot be built without them)."""
 
+    @abstractmethod
     def prepare_decoding(
         self,
         input_ids: Tensor,
@@ -116,10 +119,11 @@ class GenerationMixin:
         max_new_tokens: int,
         use_cache: bool,
     ) -> tuple[DecodingState, Tensor]:
-        raise NotImplementedError
+        """Encode what must be encoded once; -> (state, the decoder's start ids (B, L0))."""
 
+    @abstractmethod
     def decode_step(self, state: DecodingState, ids: Tensor) -> Tensor:
-        raise NotImplementedError
+        """ids (B, n) -> scores of the next token (B, V)."""
 
     def _special(self, name: str, given: int | None) -> int | None:
         return given if given is not None else getattr(getattr(self, "config", None), name, None)

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import unicodedata
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ def _tokenizer_path(directory: str | os.PathLike) -> Path:
     return path
 
 
-class Tokenizer:
+class Tokenizer(ABC):
     """What every tokenizer offers: ``encode``, ``decode``, ``save``, ``load``, ``vocab_size``
     and the special ids."""
 
@@ -69,23 +70,23 @@ class Tokenizer:
     special_tokens: tuple[str, ...] = SPECIAL_TOKENS
 
     @property
-    def vocab_size(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def vocab_size(self) -> int: ...
 
-    def encode(self, text: str) -> list[int]:
-        raise NotImplementedError
+    @abstractmethod
+    def encode(self, text: str) -> list[int]: ...
 
-    def decode(self, ids: Iterable[int]) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def decode(self, ids: Iterable[int]) -> str: ...
 
-    def to_json(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def to_json(self) -> str: ...
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
 
-    def id_to_token(self, i: int) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def id_to_token(self, i: int) -> str: ...
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``directory/tokenizer.json`` atomically (the directory is created)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import torch
@@ -40,7 +41,7 @@ class NoOptions:
     """A kernel without options."""
 
 
-class AttentionKernel(nn.Module):
+class AttentionKernel(nn.Module, ABC):
     """Base of every kernel. A subclass sets ``name``, optionally an ``Options`` frozen
     dataclass (its fields are the kernel's options, with defaults), and implements
     :meth:`attend`. The KV cache is handled here: a kernel whose cache is not plain keys and
@@ -106,6 +107,7 @@ class AttentionKernel(nn.Module):
             k, v = cache.update(k, v)
         return self.attend(q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights)
 
+    @abstractmethod
     def attend(
         self,
         q: Tensor,
@@ -118,7 +120,7 @@ class AttentionKernel(nn.Module):
         scale: float | None,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        raise NotImplementedError
+        """The kernel's computation on full keys and values (the cache already applied)."""
 
 
 def build_kernel(name: str, options: dict[str, Any] | None = None) -> AttentionKernel:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +20,7 @@ WEIGHTS_NAME = "model.safetensors"
 MODEL_CLASSES: dict[str, type[TfamModel]] = {}
 
 
-class TfamModel(nn.Module):
+class TfamModel(nn.Module, ABC):
     """Base of every family: ``model.config``, ``save_pretrained``, ``from_pretrained``."""
 
     config_class: ClassVar[type[BaseConfig]]
@@ -87,9 +88,9 @@ class TfamModel(nn.Module):
                 first.setdefault(key, name)
         return aliases
 
+    @abstractmethod
     def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
         """Random inputs of the right shape for ``forward`` (contract tests, explain, bench)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define example_inputs")
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory``, each atomically
