@@ -36,7 +36,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from tfam.interop.hf_vit import HF_TO_TFAM_ACT, TFAM_TO_HF_ACT, require_transformers
+from tfam.interop.hf_vit import (
+    HF_TO_TFAM_ACT,
+    TFAM_TO_HF_ACT,
+    TFAM_TO_HF_ATTN,
+    require_transformers,
+)
 from tfam.models.gpt import GPT, GPTConfig
 
 if TYPE_CHECKING:  # transformers is optional: imported only when a conversion runs
@@ -44,8 +49,6 @@ if TYPE_CHECKING:  # transformers is optional: imported only when a conversion r
 
 # Causal-mask buffers some transformers releases keep in the state dict (not weights).
 _MASK_BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
-# tfam kernels that compute exact softmax attention, and the HF implementation that matches.
-TFAM_TO_HF_ATTN = {"math": "eager", "sdpa": "sdpa", "auto": "sdpa"}
 
 
 def _block_pairs(i: int, fused: bool) -> list[tuple[str, list[str], bool]]:
@@ -239,7 +242,8 @@ def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
         raise refuse(
             "attention",
             c.attention,
-            "only the exact softmax kernels 'math' and 'sdpa' have an HF counterpart; "
+            f"only the exact softmax kernels {', '.join(map(repr, TFAM_TO_HF_ATTN))} have an HF "
+            "counterpart; "
             "if this kernel is exact, call model.set_attention('sdpa') first",
         )
     if c.drop_path:

@@ -340,7 +340,8 @@ def config_to_hf(
         raise refuse(
             "attention",
             c.attention,
-            "only the exact softmax kernels 'math' and 'sdpa' have an HF counterpart; "
+            f"only the exact softmax kernels {', '.join(map(repr, TFAM_TO_HF_ATTN))} have an HF "
+            "counterpart; "
             "if this kernel is exact, call model.set_attention('sdpa') first",
         )
     if c.representation_size and c.num_classes:
