@@ -175,15 +175,18 @@ class Transformer(GenerationMixin, TfamModel):
         tgt_mask: Tensor | None = None,
         cache: Any = None,
         return_attention: bool = False,
+        mask_padding: bool = True,
     ) -> tuple[Tensor, list[Any] | None]:
-        """(B, Lt) target ids (the new ones when cached) -> logits (B, Lt, V), weights."""
+        """(B, Lt) target ids (the new ones when cached) -> logits (B, Lt, V), weights.
+        Without ``tgt_mask``, ids equal to ``pad_token_id`` are masked when ``mask_padding``
+        (decoding passes False: its target holds no padding that later tokens may not see)."""
         self.check_ids(tgt_ids, "tgt_ids")
         offset = cache.position if cache is not None else 0
         x = self.tgt_embed(tgt_ids, offset)
         self_mask = None
         if tgt_mask is not None:
             self_mask = tgt_mask[:, None, None, :].bool()
-        elif cache is None:
+        elif cache is None and mask_padding:
             self_mask = pad_token_mask(tgt_ids, self.config.pad_token_id)
         x, weights = self.decoder(
             x,
@@ -243,8 +246,8 @@ class Transformer(GenerationMixin, TfamModel):
             ids,
             memory,
             state.extras["memory_mask"],
-            tgt_mask=torch.ones_like(ids, dtype=torch.bool),
             cache=state.cache,
+            mask_padding=False,  # no mask: the causal self-attention takes torch's fused path
         )
         return logits[:, -1]
 
