@@ -129,18 +129,14 @@ micro-batches (same result, less memory). The learning rate warms up linearly fo
 
 
 def _trainable_families(task: str | None = None) -> list[str]:
-    """Families whose config has every field the task's data fixes (image_size, ...)."""
-    from tfam.config import config_class
-    from tfam.data import TASK_FACTS
+    """Families that declare the task (a model class's ``tasks``); all trainable ones without."""
     from tfam.models import MODEL_CLASSES
 
-    tasks = [task] if task else list(TASK_FACTS)
-    out = []
-    for family in sorted(MODEL_CLASSES):
-        names = {f.name for f in dataclasses.fields(config_class(family))}
-        if any(set(TASK_FACTS[t]) <= names for t in tasks):
-            out.append(family)
-    return out
+    return sorted(
+        family
+        for family, cls in MODEL_CLASSES.items()
+        if (task in cls.tasks if task else cls.tasks)
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

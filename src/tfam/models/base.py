@@ -24,6 +24,8 @@ class TfamModel(nn.Module, ABC):
     """Base of every family: ``model.config``, ``save_pretrained``, ``from_pretrained``."""
 
     config_class: ClassVar[type[BaseConfig]]
+    # The trainer's tasks (tfam.training.tasks names) this family can be trained on.
+    tasks: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -136,6 +136,7 @@ class MaskedLMHead(nn.Module):
 
 class Bert(TfamModel):
     config_class = BertConfig
+    tasks = ("sequence-classification", "token-classification", "masked-lm")
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)

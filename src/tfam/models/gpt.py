@@ -81,6 +81,7 @@ class GPT(GenerationMixin, TfamModel):
     or without the KV cache: :mod:`tfam.generation`)."""
 
     config_class = GPTConfig
+    tasks = ("causal-lm",)
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__(config)

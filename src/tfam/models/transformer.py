@@ -109,6 +109,7 @@ class TokenEmbedding(nn.Module):
 
 class Transformer(GenerationMixin, TfamModel):
     config_class = TransformerConfig
+    tasks = ("seq2seq",)
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__(config)

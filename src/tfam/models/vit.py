@@ -113,6 +113,7 @@ class ViTConfig(BaseConfig):
 
 class ViT(TfamModel):
     config_class = ViTConfig
+    tasks = ("image-classification",)
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__(config)
