@@ -41,10 +41,14 @@ from tfam.training.optim import (
 from tfam.training.runlock import RunLock, RunLockedError
 from tfam.training.tasks import (
     TASKS,
+    CausalLM,
     ImageClassification,
+    MaskedLM,
     Seq2Seq,
+    SequenceClassification,
     Task,
     TokenClassification,
+    mask_tokens,
     task_for,
 )
 from tfam.training.trainer import (
@@ -59,17 +63,20 @@ from tfam.training.trainer import (
 __all__ = [
     "METRIC_COLUMNS",
     "Callback",
+    "CausalLM",
     "CheckpointError",
     "CheckpointSaveError",
     "CheckpointWarning",
     "CurvesCallback",
     "DistInfo",
     "ImageClassification",
+    "MaskedLM",
     "MetricsLogger",
     "NonFiniteLossError",
     "RunLock",
     "RunLockedError",
     "Seq2Seq",
+    "SequenceClassification",
     "TASKS",
     "Task",
     "TokenClassification",
@@ -86,6 +93,7 @@ __all__ = [
     "launch_command",
     "load_init_weights",
     "load_latest",
+    "mask_tokens",
     "param_groups",
     "preprocess_info",
     "resolve_device",

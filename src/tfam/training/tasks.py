@@ -24,12 +24,18 @@ The contract (see :class:`Task`):
 - ``augment(batch, fn, generator, dataset)`` -> the training batch after augmentation.
 
 Tasks are chosen by the dataset catalog's task name: ``task_for(name, dataset)`` (the names
-are :data:`TASKS`).
+are :data:`TASKS`): images (:class:`ImageClassification`), one label per token
+(:class:`TokenClassification`) or per sequence (:class:`SequenceClassification`), next-token
+prediction (:class:`CausalLM`), BERT's masked tokens (:class:`MaskedLM`, masking by
+:func:`mask_tokens`) and sequence to sequence (:class:`Seq2Seq`). Token and sequence tasks
+count nothing where a label is -100 (padding), so padding never changes a loss or a metric.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,10 +47,14 @@ __all__ = [
     "IGNORE_INDEX",
     "TASKS",
     "Batch",
+    "CausalLM",
     "ImageClassification",
+    "MaskedLM",
     "Seq2Seq",
+    "SequenceClassification",
     "Task",
     "TokenClassification",
+    "mask_tokens",
     "split_batch",
     "task_for",
 ]
@@ -496,6 +506,523 @@ class Seq2Seq:
         return plain.generate(src, **kwargs)
 
 
+# -- text tasks: sequence classification, causal and masked language modelling ----------------
+def _dataset_attr(dataset: Any, *names: str) -> Any:
+    """The first of ``names`` that the dataset, then its ``tokenizer``, has (not None)."""
+    for owner in (dataset, getattr(dataset, "tokenizer", None)):
+        if owner is None:
+            continue
+        for name in names:
+            value = getattr(owner, name, None)
+            if value is not None:
+                return value
+    return None
+
+
+def _pad_id(dataset: Any) -> int:
+    """The dataset's padding id (``pad_token_id``, else its tokenizer's ``pad_id``), else 0."""
+    pad = _dataset_attr(dataset, "pad_token_id", "pad_id")
+    return 0 if pad is None else int(pad)
+
+
+def _item_ids(item: Any) -> Tensor:
+    """Token ids (L,) of an item: the item itself, or the first field of an ``(ids, ...)``
+    tuple (so a labelled dataset can also be read as plain text)."""
+    if isinstance(item, (tuple, list)) and item and isinstance(item[0], (Tensor, list, tuple)):
+        item = item[0]
+    ids = torch.as_tensor(item, dtype=torch.int64)
+    if ids.ndim != 1:
+        raise ValueError(f"an item has ids of shape {tuple(ids.shape)}; expected token ids (L,)")
+    return ids
+
+
+def _pad_right(rows: Sequence[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Rows of ids -> (ids (B, L) right-padded with ``pad_id``, mask (B, L) True = real)."""
+    length = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), length), int(pad_id), dtype=torch.int64)
+    mask = torch.zeros((len(rows), length), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = True
+    return ids, mask
+
+
+def _dataset_batch(task: Any, dataset: Any, indices: Tensor) -> Batch | None:
+    """The dataset's ``get_batch`` fast path: a batch dict as it is, or items collated."""
+    if not hasattr(dataset, "get_batch"):
+        return None
+    got = dataset.get_batch(indices)
+    return dict(got) if isinstance(got, dict) else task.collate(got)
+
+
+def _model_config(model: nn.Module) -> Any:
+    return getattr(getattr(model, "module", model), "config", None)
+
+
+class SequenceClassification:
+    """One label per sequence: ``model(input_ids (B, L), attention_mask=(B, L) bool) -> logits
+    (B, C)`` (tfam's BERT with ``head="sequence"``).
+
+    Items ``(ids (L,), label int)``; ``collate`` pads the ids on the right with ``pad_id``:
+    batch ``{"input_ids" (B, L), "attention_mask" (B, L) True = real token, "labels" (B,)}``.
+    A label of -100 marks a row that nothing counts (a padding row). Training loss: cross-
+    entropy with ``config.label_smoothing``, summed over counted rows; metrics ``loss`` (plain
+    cross-entropy) and ``acc``, means over sequences. ``predict`` -> probabilities (B, C).
+    """
+
+    name = "sequence-classification"
+    metrics = ("loss", "acc")
+    primary_metric = "acc"
+    higher_is_better = True
+    unit = "sentences"
+
+    def __init__(self, pad_id: int = 0) -> None:
+        self.pad_id = int(pad_id)
+
+    @classmethod
+    def for_dataset(cls, dataset: Any) -> SequenceClassification:
+        """The task with the dataset's padding id (see :func:`task_for`)."""
+        return cls(pad_id=_pad_id(dataset))
+
+    def get_batch(self, dataset: Any, indices: Tensor) -> Batch | None:
+        return _dataset_batch(self, dataset, indices)
+
+    def collate(self, items: Sequence[Any]) -> Batch:
+        ids, mask = _pad_right([_item_ids(item[0]) for item in items], self.pad_id)
+        labels = torch.as_tensor([int(item[1]) for item in items], dtype=torch.int64)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+    def count(self, batch: Batch) -> Tensor:
+        return (batch["labels"] != IGNORE_INDEX).sum().double()
+
+    def augment(
+        self,
+        batch: Batch,
+        fn: Callable[..., Tensor] | None,
+        generator: torch.Generator,
+        dataset: Any,
+    ) -> Batch:
+        return batch if fn is None else fn(batch, generator)
+
+    def _logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        return model(batch["input_ids"], attention_mask=batch.get("attention_mask")).float()
+
+    def _sums(self, logits: Tensor, labels: Tensor, loss: Tensor) -> dict[str, Tensor]:
+        counted = labels != IGNORE_INDEX
+        right = (logits.argmax(dim=-1) == labels) & counted
+        return {
+            "loss": loss.detach().double(),
+            "correct": right.sum().double(),
+            "count": counted.sum().double(),
+        }
+
+    def train_loss(
+        self, model: nn.Module, batch: Batch, config: Any
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        labels = batch["labels"]
+        logits = self._logits(model, batch)
+        smoothing = float(getattr(config, "label_smoothing", 0.0))
+        loss, plain = token_cross_entropy(logits, labels, smoothing)
+        with torch.no_grad():
+            sums = self._sums(logits, labels, plain)
+        return loss, sums
+
+    def eval_sums(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        labels = batch["labels"]
+        logits = self._logits(model, batch)
+        return self._sums(logits, labels, token_cross_entropy(logits, labels)[1])
+
+    def reduce(self, sums: dict[str, float]) -> dict[str, float]:
+        return {"loss": _ratio(sums, "loss"), "acc": _ratio(sums, "correct")}
+
+    def predict(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Class probabilities (B, C)."""
+        return self._logits(model, batch).softmax(dim=-1)
+
+
+CAUSAL_UNITS = ("tokens", "characters")
+
+
+class CausalLM:
+    """Next-token prediction: ``model(input_ids (B, L)) -> logits (B, L, V)``, where position
+    i scores token i + 1 (tfam's GPT).
+
+    Items are windows ``ids (L + 1,)``; ``collate`` makes ``{"input_ids" = ids[:-1],
+    "labels" = ids[1:]}`` (B, L). Rows of different lengths are padded on the right with
+    ``pad_id`` and their labels there are -100; right padding needs no attention mask, since a
+    causal model's real positions never look at later ones. Training loss: cross-entropy with
+    ``config.label_smoothing`` summed over predicted tokens (``count``). Metrics: ``loss`` (plain
+    cross-entropy, nats per token), ``acc`` (next-token accuracy) and, from those, ``ppl``
+    (exp(loss)) or, when ``unit="characters"`` (a character-level dataset), ``bpc`` (bits per
+    character, loss / ln 2). The primary metric is ``loss``, lower is better.
+    """
+
+    name = "causal-lm"
+    primary_metric = "loss"
+    higher_is_better = False
+
+    def __init__(self, pad_id: int = 0, unit: str = "tokens") -> None:
+        if unit not in CAUSAL_UNITS:
+            raise ValueError(f"unit={unit!r} is invalid: expected one of {', '.join(CAUSAL_UNITS)}")
+        self.pad_id = int(pad_id)
+        self.unit = unit
+        self.metrics = ("loss", "acc", "bpc" if unit == "characters" else "ppl")
+
+    @classmethod
+    def for_dataset(cls, dataset: Any) -> CausalLM:
+        """The task with the dataset's padding id, counting characters when the dataset says
+        so (``dataset.unit == "characters"``) or its tokenizer is a :class:`CharTokenizer`."""
+        from tfam.data.tokenizer import CharTokenizer
+
+        unit = getattr(dataset, "unit", None)
+        if unit not in CAUSAL_UNITS:
+            chars = isinstance(getattr(dataset, "tokenizer", None), CharTokenizer)
+            unit = "characters" if chars else "tokens"
+        return cls(pad_id=_pad_id(dataset), unit=unit)
+
+    def get_batch(self, dataset: Any, indices: Tensor) -> Batch | None:
+        return _dataset_batch(self, dataset, indices)
+
+    def collate(self, items: Sequence[Any]) -> Batch:
+        rows = [_item_ids(item) for item in items]
+        short = [len(r) for r in rows if len(r) < 2]
+        if short:
+            raise ValueError(
+                f"an item has {short[0]} ids; a causal-lm item needs at least 2 (inputs ids[:-1], "
+                "labels ids[1:])"
+            )
+        ids, mask = _pad_right(rows, self.pad_id)
+        labels = ids[:, 1:].masked_fill(~mask[:, 1:], IGNORE_INDEX)
+        return {"input_ids": ids[:, :-1], "labels": labels}
+
+    def count(self, batch: Batch) -> Tensor:
+        return (batch["labels"] != IGNORE_INDEX).sum().double()
+
+    def augment(
+        self,
+        batch: Batch,
+        fn: Callable[..., Tensor] | None,
+        generator: torch.Generator,
+        dataset: Any,
+    ) -> Batch:
+        return batch if fn is None else fn(batch, generator)
+
+    def _logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        ids = batch["input_ids"]
+        context = getattr(_model_config(model), "max_positions", None)
+        if context is not None and ids.shape[1] > int(context):
+            raise ValueError(
+                f"the causal-lm batch has {ids.shape[1]} input tokens per row (items of "
+                f"{ids.shape[1] + 1} ids), more than the model's context max_positions="
+                f"{int(context)}: make the dataset's context at most {int(context)} or build the "
+                f"model with max_positions >= {ids.shape[1]}"
+            )
+        mask = batch.get("attention_mask")
+        return (model(ids) if mask is None else model(ids, attention_mask=mask)).float()
+
+    def _sums(self, logits: Tensor, labels: Tensor, loss: Tensor) -> dict[str, Tensor]:
+        counted = labels != IGNORE_INDEX
+        right = (logits.argmax(dim=-1) == labels) & counted
+        return {
+            "loss": loss.detach().double(),
+            "correct": right.sum().double(),
+            "count": counted.sum().double(),
+        }
+
+    def train_loss(
+        self, model: nn.Module, batch: Batch, config: Any
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        labels = batch["labels"]
+        logits = self._logits(model, batch)
+        smoothing = float(getattr(config, "label_smoothing", 0.0))
+        loss, plain = token_cross_entropy(logits, labels, smoothing)
+        with torch.no_grad():
+            sums = self._sums(logits, labels, plain)
+        return loss, sums
+
+    def eval_sums(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        labels = batch["labels"]
+        logits = self._logits(model, batch)
+        return self._sums(logits, labels, token_cross_entropy(logits, labels)[1])
+
+    def reduce(self, sums: dict[str, float]) -> dict[str, float]:
+        loss = _ratio(sums, "loss")
+        out = {"loss": loss, "acc": _ratio(sums, "correct")}
+        if self.unit == "characters":
+            out["bpc"] = loss / math.log(2)
+        else:
+            # exp overflows a float past ~709 nats: the perplexity is then infinite.
+            out["ppl"] = math.exp(loss) if not loss > 700 else math.inf
+        return out
+
+    def predict(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Next-token probabilities (B, L, V): row i of position t scores token t + 1."""
+        return self._logits(model, batch).softmax(dim=-1)
+
+
+MLM_PROBABILITY = 0.15  # BERT: the share of maskable tokens that are predicted
+MLM_MASK, MLM_RANDOM = 0.8, 0.1  # of those: -> [MASK], -> a random id; the rest stay
+
+
+def mask_tokens(
+    ids: Tensor,
+    *,
+    mask_token_id: int,
+    vocab_size: int,
+    generator: torch.Generator,
+    special_ids: Sequence[int] = (),
+    special_mask: Tensor | None = None,
+    probability: float = MLM_PROBABILITY,
+) -> tuple[Tensor, Tensor]:
+    """BERT's masking (Devlin et al. 2019, as Hugging Face's ``DataCollatorForLanguageModeling``):
+    each maskable token is chosen with probability ``probability`` by an independent Bernoulli
+    draw; of the chosen, 80% become ``mask_token_id``, 10% a random id drawn uniformly from the
+    whole vocabulary ``[0, vocab_size)`` and 10% stay as they are.
+
+    ids (..., L) int; maskable = not in ``special_ids`` (padding, [CLS], [SEP], ...) and not
+    True in ``special_mask`` (same shape as ids; e.g. ``~attention_mask``). Every random number
+    comes from ``generator`` (drawn on its device; the global RNG is not touched), always the
+    same amount for a given shape, so the same generator state gives the same masking.
+    -> (inputs, labels), both shaped like ids: labels hold the original id where a token was
+    chosen and -100 elsewhere.
+    """
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"ids has dtype {ids.dtype}; expected token ids of int64")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ValueError(f"vocab_size={vocab_size!r} is invalid: expected an int >= 1")
+    if not 0 <= int(mask_token_id) < vocab_size:
+        raise ValueError(
+            f"mask_token_id={mask_token_id!r} is invalid: expected 0 <= id < vocab_size="
+            f"{vocab_size}"
+        )
+    if not 0.0 < float(probability) <= 1.0:
+        raise ValueError(f"probability={probability!r} is invalid: expected a number in (0, 1]")
+    if special_mask is not None and special_mask.shape != ids.shape:
+        raise ValueError(
+            f"special_mask has shape {tuple(special_mask.shape)}; expected ids' "
+            f"{tuple(ids.shape)} (True = never masked)"
+        )
+    where = generator.device
+    choose = torch.rand(ids.shape, generator=generator, device=where).to(ids.device)
+    action = torch.rand(ids.shape, generator=generator, device=where).to(ids.device)
+    random_ids = torch.randint(vocab_size, ids.shape, generator=generator, device=where)
+    random_ids = random_ids.to(device=ids.device, dtype=ids.dtype)
+
+    maskable = ~torch.isin(
+        ids, torch.as_tensor(list(special_ids), dtype=ids.dtype, device=ids.device)
+    )
+    if special_mask is not None:
+        maskable &= ~special_mask.to(device=ids.device, dtype=torch.bool)
+    chosen = maskable & (choose < float(probability))
+    to_mask = chosen & (action < MLM_MASK)
+    to_random = chosen & (action >= MLM_MASK) & (action < MLM_MASK + MLM_RANDOM)
+    inputs = torch.where(to_mask, torch.full_like(ids, int(mask_token_id)), ids)
+    inputs = torch.where(to_random, random_ids, inputs)
+    labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
+    return inputs, labels
+
+
+def _row_seed(seed: int, ids: Tensor) -> int:
+    """A seed from ``seed`` and a row's ids (a stable hash, unlike Python's ``hash``)."""
+    digest = hashlib.blake2b(
+        int(seed).to_bytes(8, "little", signed=True)
+        + ids.detach().to("cpu", torch.int64).numpy().astype("<i8").tobytes(),
+        digest_size=8,
+    ).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+class MaskedLM:
+    """BERT's masked language modelling: ``model(input_ids (B, L), attention_mask=(B, L) bool)
+    -> logits (B, L, V)`` (tfam's BERT with ``head="mlm"``).
+
+    Items ``ids (L,)`` (or ``(ids, ...)``); ``collate`` pads them on the right: ``{"input_ids",
+    "attention_mask"}``, unmasked. Masking (:func:`mask_tokens`: 15% of the tokens that are not
+    padding nor special, of those 80% [MASK], 10% random, 10% unchanged) adds ``"labels"`` (the
+    original id at chosen positions, -100 elsewhere): in training in :meth:`augment`, with the
+    trainer's augmentation generator (so a resumed run masks as an uninterrupted one); in
+    evaluation in :meth:`eval_sums`, each row under a seed from ``eval_seed`` and the row's own
+    tokens, so evaluation is deterministic and does not depend on batch size, chunking or the
+    number of processes. A batch that already has ``"labels"`` is taken as masked.
+
+    Loss: cross-entropy (with ``config.label_smoothing``) summed over chosen positions
+    (``count``); metrics ``loss`` (nats per masked token) and ``acc``, over chosen positions.
+    """
+
+    name = "masked-lm"
+    metrics = ("loss", "acc")
+    primary_metric = "loss"
+    higher_is_better = False
+    unit = "tokens"
+
+    def __init__(
+        self,
+        mask_token_id: int,
+        vocab_size: int,
+        pad_id: int = 0,
+        special_ids: Sequence[int] = (),
+        probability: float = MLM_PROBABILITY,
+        eval_seed: int = 0,
+    ) -> None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ValueError(f"vocab_size={vocab_size!r} is invalid: expected an int >= 1")
+        if not 0 <= int(mask_token_id) < vocab_size:
+            raise ValueError(
+                f"mask_token_id={mask_token_id!r} is invalid: expected 0 <= id < vocab_size="
+                f"{vocab_size}"
+            )
+        if not 0.0 < float(probability) <= 1.0:
+            raise ValueError(f"probability={probability!r} is invalid: expected a number in (0, 1]")
+        self.mask_token_id = int(mask_token_id)
+        self.vocab_size = int(vocab_size)
+        self.pad_id = int(pad_id)
+        # Padding and [MASK] itself are never chosen, whatever the caller lists.
+        self.special_ids = tuple(
+            sorted({int(i) for i in special_ids} | {self.pad_id, self.mask_token_id})
+        )
+        self.probability = float(probability)
+        self.eval_seed = int(eval_seed)
+
+    @classmethod
+    def for_dataset(cls, dataset: Any, **options: Any) -> MaskedLM:
+        """The task for a text dataset: ``mask_token_id``, ``vocab_size``, ``pad_token_id`` and
+        ``special_ids`` read from the dataset, else from its ``tokenizer`` (also ``mask_id``,
+        ``pad_id``); without ``special_ids``, the [CLS]/[SEP]/bos/eos ids it names
+        (``cls_token_id``, ``sep_token_id``, ``cls_id``, ``sep_id``, ``bos_id``, ``eos_id``)."""
+        what = type(dataset).__name__ if dataset is not None else "no dataset"
+        mask = _dataset_attr(dataset, "mask_token_id", "mask_id")
+        if mask is None:
+            raise ValueError(
+                f"task='masked-lm' needs the [MASK] id: {what} has no mask_token_id (nor its "
+                "tokenizer a mask_token_id or mask_id)"
+            )
+        vocab = _dataset_attr(dataset, "vocab_size")
+        if vocab is None:
+            raise ValueError(
+                f"task='masked-lm' needs the vocabulary size for its random replacements: {what} "
+                "has no vocab_size (nor its tokenizer)"
+            )
+        special = _dataset_attr(dataset, "special_ids")
+        if special is None:
+            names = ("cls_token_id", "sep_token_id", "cls_id", "sep_id")
+            names += ("bos_token_id", "eos_token_id", "bos_id", "eos_id")
+            found = (_dataset_attr(dataset, name) for name in names)
+            special = [int(i) for i in found if isinstance(i, int) and not isinstance(i, bool)]
+        return cls(int(mask), int(vocab), _pad_id(dataset), tuple(special), **options)
+
+    # -- batches ------------------------------------------------------------------------------
+    def get_batch(self, dataset: Any, indices: Tensor) -> Batch | None:
+        return _dataset_batch(self, dataset, indices)
+
+    def collate(self, items: Sequence[Any]) -> Batch:
+        ids, mask = _pad_right([_item_ids(item) for item in items], self.pad_id)
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def _never(self, batch: Batch) -> Tensor | None:
+        mask = batch.get("attention_mask")
+        return None if mask is None else ~mask.bool()
+
+    def mask_batch(self, batch: Batch, generator: torch.Generator) -> Batch:
+        """The batch with its ``input_ids`` masked and ``labels`` added (draws from
+        ``generator``)."""
+        inputs, labels = mask_tokens(
+            batch["input_ids"],
+            mask_token_id=self.mask_token_id,
+            vocab_size=self.vocab_size,
+            generator=generator,
+            special_ids=self.special_ids,
+            special_mask=self._never(batch),
+            probability=self.probability,
+        )
+        return {**batch, "input_ids": inputs, "labels": labels}
+
+    def eval_mask(self, batch: Batch) -> Batch:
+        """The deterministic masking of evaluation: each row's real tokens are masked under a
+        seed from ``eval_seed`` and those tokens, so a row is masked the same way in any batch."""
+        # On the CPU: one small generator per row (a device would sync once per row).
+        device = batch["input_ids"].device
+        ids = batch["input_ids"].cpu()
+        never = self._never(batch)
+        real = torch.ones_like(ids, dtype=torch.bool) if never is None else ~never.cpu()
+        inputs = ids.clone()
+        labels = torch.full_like(ids, IGNORE_INDEX)
+        for i in range(ids.shape[0]):
+            row = ids[i][real[i]]
+            if not row.numel():
+                continue
+            generator = torch.Generator().manual_seed(_row_seed(self.eval_seed, row))
+            row_inputs, row_labels = mask_tokens(
+                row,
+                mask_token_id=self.mask_token_id,
+                vocab_size=self.vocab_size,
+                generator=generator,
+                special_ids=self.special_ids,
+                probability=self.probability,
+            )
+            inputs[i][real[i]] = row_inputs
+            labels[i][real[i]] = row_labels
+        return {**batch, "input_ids": inputs.to(device), "labels": labels.to(device)}
+
+    def count(self, batch: Batch) -> Tensor:
+        if "labels" not in batch:
+            raise ValueError(
+                "the masked-lm batch has no labels: a training batch is masked by "
+                "MaskedLM.augment (the Trainer calls it before each step) or mask_batch"
+            )
+        return (batch["labels"] != IGNORE_INDEX).sum().double()
+
+    def augment(
+        self,
+        batch: Batch,
+        fn: Callable[..., Tensor] | None,
+        generator: torch.Generator,
+        dataset: Any,
+    ) -> Batch:
+        if fn is not None:
+            batch = fn(batch, generator)
+        return batch if "labels" in batch else self.mask_batch(batch, generator)
+
+    # -- losses and metrics -------------------------------------------------------------------
+    def _logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        return model(batch["input_ids"], attention_mask=batch.get("attention_mask")).float()
+
+    def _sums(self, logits: Tensor, labels: Tensor, loss: Tensor) -> dict[str, Tensor]:
+        counted = labels != IGNORE_INDEX
+        right = (logits.argmax(dim=-1) == labels) & counted
+        return {
+            "loss": loss.detach().double(),
+            "correct": right.sum().double(),
+            "count": counted.sum().double(),
+        }
+
+    def train_loss(
+        self, model: nn.Module, batch: Batch, config: Any
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        if "labels" not in batch:
+            self.count(batch)  # the clear error
+        labels = batch["labels"]
+        logits = self._logits(model, batch)
+        smoothing = float(getattr(config, "label_smoothing", 0.0))
+        loss, plain = token_cross_entropy(logits, labels, smoothing)
+        with torch.no_grad():
+            sums = self._sums(logits, labels, plain)
+        return loss, sums
+
+    def eval_sums(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
+        if "labels" not in batch:
+            batch = self.eval_mask(batch)
+        labels = batch["labels"]
+        logits = self._logits(model, batch)
+        return self._sums(logits, labels, token_cross_entropy(logits, labels)[1])
+
+    def reduce(self, sums: dict[str, float]) -> dict[str, float]:
+        return {"loss": _ratio(sums, "loss"), "acc": _ratio(sums, "correct")}
+
+    def predict(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Token probabilities (B, L, V) of the batch as given (mask the ids to predict)."""
+        return self._logits(model, batch).softmax(dim=-1)
+
+
 # The dataset catalog's task names -> a task for a dataset (its padding id and the like).
 TASKS: dict[str, Callable[[Any], Task]] = {
     ImageClassification.name: lambda dataset: ImageClassification(),
@@ -503,6 +1030,9 @@ TASKS: dict[str, Callable[[Any], Task]] = {
         pad_id=int(getattr(dataset, "pad_token_id", 0))
     ),
     Seq2Seq.name: lambda dataset: Seq2Seq.for_dataset(dataset),
+    SequenceClassification.name: SequenceClassification.for_dataset,
+    CausalLM.name: CausalLM.for_dataset,
+    MaskedLM.name: lambda dataset: MaskedLM.for_dataset(dataset),
 }
 
 
