@@ -12,7 +12,18 @@ import os
 import sys
 
 # Subcommand modules, in the order `tfam --help` lists them.
-COMMAND_MODULES = ["list", "explain", "train", "eval", "predict", "translate", "viz", "convert"]
+COMMAND_MODULES = [
+    "list",
+    "explain",
+    "train",
+    "eval",
+    "predict",
+    "translate",
+    "generate",
+    "embed",
+    "viz",
+    "convert",
+]
 
 EPILOG = """examples:
   tfam list 'vit*'                                 presets with their sizes

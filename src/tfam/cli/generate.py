@@ -1,0 +1,395 @@
+"""`tfam generate DIR --prompt TEXT`: continue a prompt with a GPT run (or a GPT converted from
+Hugging Face), through ``model.generate`` (:mod:`tfam.generation`) with the KV cache."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfam.cli.common import add_device_option, device_from, resolve_model
+
+DEFAULT_NEW_TOKENS = 200
+
+EPILOG = """examples:
+  tfam generate runs/kjv --prompt "And God said"                 sample 200 characters
+  tfam generate runs/kjv --prompt "And God said" --greedy --max-new-tokens 80
+  tfam generate runs/kjv --prompt "In the beginning" --temperature 0.8 --top-p 0.9 --seed 1
+  tfam generate runs/kjv --prompt "And he said" --num-samples 3 --stop "." --seed 0
+  tfam generate hf/gpt2-tfam --ids 464,3290,531 --greedy     a converted model without a tokenizer
+
+DIR is a GPT run directory of `tfam train gpt` (config.json, model.safetensors and the
+tokenizer.json that training saved beside them) or a GPT converted from Hugging Face with
+`tfam convert hf-to-tfam` (its tokenizer.json is copied along when the Hugging Face directory
+has one; without it, give the prompt as token ids with --ids).
+
+Sampling is the default (temperature 1, no top-k, no top-p); --greedy takes the most likely
+token at every step. --top-k K keeps the K most likely tokens; --top-p P keeps the smallest set
+of tokens whose probability reaches P. --seed makes sampling reproducible. Output stops at the
+model's end-of-text token, at the first --stop text (included in the output), or after
+--max-new-tokens tokens (default: 200, or as many as fit in the model's context). The prompt
+and the generated tokens together fit in the context (max_positions); a longer prompt is an
+error that says the limit.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "generate",
+        help="continue a prompt with a GPT run (sampling, greedy, top-k, top-p)",
+        description="Generate text with a decoder-only language model (a GPT run directory).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "dir",
+        metavar="DIR",
+        help="GPT run directory: config.json, model.safetensors, tokenizer.json",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", metavar="TEXT", default=None, help="text to continue")
+    src.add_argument(
+        "--ids",
+        metavar="ID,ID,...",
+        default=None,
+        help="the prompt as token ids (comma-separated), for a model without a tokenizer.json",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"most tokens to generate (default: {DEFAULT_NEW_TOKENS}, or what fits in the "
+        "model's context)",
+    )
+    p.add_argument(
+        "--greedy", action="store_true", help="always take the most likely token (no sampling)"
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        metavar="T",
+        help="divide the scores by T before sampling: < 1 sharper, > 1 flatter (default: 1)",
+    )
+    p.add_argument(
+        "--top-k", type=int, default=None, metavar="K", help="sample among the K most likely tokens"
+    )
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        metavar="P",
+        help="sample among the smallest set of tokens whose probability reaches P, in (0, 1]",
+    )
+    p.add_argument(
+        "--seed", type=int, default=None, metavar="S", help="random seed of the sampling"
+    )
+    p.add_argument(
+        "--num-samples",
+        type=int,
+        default=1,
+        metavar="N",
+        help="continuations of the prompt to generate (default: 1)",
+    )
+    p.add_argument(
+        "--stop",
+        nargs="+",
+        default=None,
+        metavar="TEXT",
+        help="stop a continuation at the first of these texts (included in the output)",
+    )
+    p.add_argument(
+        "--no-cache",
+        dest="use_cache",
+        action="store_false",
+        help="recompute every position at every step (slower; the same tokens as the cache)",
+    )
+    add_device_option(p)
+    p.set_defaults(func=run)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """One-line errors for the decoding options, before any model is loaded."""
+    if args.prompt is None and args.ids is None:
+        raise ValueError('give the prompt: --prompt "some text" (or --ids 1,2,3 for token ids)')
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens} is invalid: expected an int >= 1")
+    if args.num_samples < 1:
+        raise ValueError(f"--num-samples {args.num_samples} is invalid: expected an int >= 1")
+    if args.greedy:
+        given = [
+            opt
+            for opt, value in (
+                ("--temperature", args.temperature),
+                ("--top-k", args.top_k),
+                ("--top-p", args.top_p),
+                ("--seed", args.seed),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ValueError(
+                f"{given[0]} is invalid with --greedy: greedy decoding takes the most likely "
+                "token and draws nothing (leave out --greedy to sample)"
+            )
+        if args.num_samples > 1:
+            raise ValueError(
+                f"--num-samples {args.num_samples} is invalid with --greedy: every greedy "
+                "continuation is the same"
+            )
+    t = args.temperature
+    if t is not None and (not math.isfinite(t) or t <= 0):
+        raise ValueError(
+            f"--temperature {t:g} is invalid: expected a finite number > 0 (near 0 is nearly "
+            "greedy; use --greedy for the most likely token)"
+        )
+    if args.top_k is not None and args.top_k < 1:
+        raise ValueError(f"--top-k {args.top_k} is invalid: expected an int >= 1")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p {args.top_p:g} is invalid: expected a number in (0, 1]")
+    for stop in args.stop or ():
+        if not stop:
+            raise ValueError("--stop '' is invalid: expected a non-empty text")
+
+
+def parse_ids(text: str, vocab_size: int) -> list[int]:
+    """'1, 2,3' -> [1, 2, 3]; each id in [0, vocab_size)."""
+    ids = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise ValueError(
+                f"--ids {text!r} is invalid: {part!r} is not an int (expected comma-separated "
+                "token ids, e.g. --ids 464,3290,531)"
+            ) from None
+        if not 0 <= value < vocab_size:
+            raise ValueError(
+                f"--ids {text!r} is invalid: id {value} is outside the model's vocabulary "
+                f"(expected 0 <= id < vocab_size={vocab_size})"
+            )
+        ids.append(value)
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+@dataclass
+class GPTRun:
+    """A loaded decoder-only run: directory, model (eval mode, on ``device``), tokenizer (None
+    for a model without tokenizer.json)."""
+
+    run_dir: Path
+    model: Any
+    tokenizer: Any
+    device: Any
+
+    @property
+    def context(self) -> int:
+        return int(self.model.config.max_positions)
+
+
+def load_gpt(dir_arg: str, device: Any, need_tokenizer: bool) -> GPTRun:
+    """The model and tokenizer of a GPT run directory, with one-line errors: not a model
+    directory, not a decoder-only model (says what the run is), no tokenizer.json."""
+    from tfam.cli.text import load_run_tokenizer, read_config, run_task
+    from tfam.cli.translate import describe_run
+
+    source = resolve_model(dir_arg, what="DIR", kinds=("dir",))
+    run_dir = Path(dir_arg)
+    config = read_config(run_dir)
+    if config.family != "gpt":
+        task = run_task(run_dir, config)
+        what = describe_run(run_dir, source.family)
+        raise ValueError(
+            f"generate needs a decoder-only language model (a GPT run, e.g. `tfam train gpt "
+            f"--data kjv`), but {run_dir} holds {what}"
+            + (f", trained for {task}" if task.task or task.data else "")
+        )
+    tokenizer = None
+    if need_tokenizer or (run_dir / "tokenizer.json").is_file():
+        tokenizer = load_run_tokenizer(
+            run_dir,
+            "--prompt (text to token ids)"
+            if need_tokenizer
+            else "decoding the generated ids to text",
+        )
+    model = source.load(device)
+    model.eval()
+    if tokenizer is not None and tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(
+            f"{run_dir / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but the model only "
+            f"vocab_size={model.config.vocab_size}: the tokenizer is not the model's"
+        )
+    return GPTRun(run_dir, model, tokenizer, device)
+
+
+def prompt_ids(run: GPTRun, args: argparse.Namespace) -> list[int]:
+    """The prompt's ids, checked: encodable, non-empty unless the model has a bos token (then
+    [bos] starts an empty prompt), shorter than the context."""
+    from tfam.cli.text import check_encodable
+
+    c = run.model.config
+    if args.ids is not None:
+        ids = parse_ids(args.ids, c.vocab_size)
+        name = "--ids"
+    else:
+        ids = list(run.tokenizer.encode(args.prompt))
+        check_encodable(run.tokenizer, args.prompt, ids, "--prompt")
+        name = "--prompt"
+    if not ids:
+        if c.bos_token_id is None:
+            raise ValueError(
+                f"{name} is empty and the model has no start token (bos_token_id=None): give "
+                "at least one token of text to continue"
+            )
+        ids = [int(c.bos_token_id)]
+    if len(ids) >= run.context:
+        raise ValueError(
+            f"{name} is {len(ids)} tokens long, but the model's context is max_positions="
+            f"{run.context} tokens, so a prompt has at most {run.context - 1} tokens (one "
+            "position for the first new token)"
+        )
+    return ids
+
+
+def new_token_count(run: GPTRun, prompt_len: int, requested: int | None) -> int:
+    """--max-new-tokens, checked against the room the context leaves after the prompt."""
+    room = run.context - prompt_len
+    if requested is None:
+        n = min(DEFAULT_NEW_TOKENS, room)
+        if n < DEFAULT_NEW_TOKENS:
+            from tfam.cli.text import note
+
+            note(
+                f"generating {n} tokens: the prompt ({prompt_len} tokens) and the new tokens "
+                f"fit in the model's context of {run.context}"
+            )
+        return n
+    if requested > room:
+        raise ValueError(
+            f"--max-new-tokens {requested} is invalid: the prompt has {prompt_len} tokens and "
+            f"the model's context is max_positions={run.context}, so at most {room} new "
+            "tokens fit"
+        )
+    return requested
+
+
+# ---------------------------------------------------------------------------------------------
+# Generating
+
+
+def stop_token_ids(tokenizer: Any, stops: Sequence[str]) -> list[int]:
+    """Stop texts that are one token each: decoding can stop on the token itself."""
+    out = []
+    for stop in stops:
+        ids = tokenizer.encode(stop) if tokenizer is not None else []
+        if len(ids) == 1 and tokenizer.decode(ids) == stop:
+            out.append(int(ids[0]))
+    return out
+
+
+def generate_ids(
+    run: GPTRun,
+    prompt: Sequence[int],
+    *,
+    max_new_tokens: int,
+    greedy: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    num_samples: int = 1,
+    stop_ids: Sequence[int] = (),
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """The new ids of each sample (the prompt not repeated), cut after the first stop id and
+    before the model's end-of-text id."""
+    import torch
+
+    c = run.model.config
+    eos = [] if c.eos_token_id is None else [int(c.eos_token_id)]
+    stops = list(dict.fromkeys([*eos, *map(int, stop_ids)]))
+    ids = torch.tensor([list(prompt)] * num_samples, dtype=torch.long, device=run.device)
+    generator = None
+    if seed is not None and not greedy:
+        generator = torch.Generator(device=run.device).manual_seed(seed)
+    with torch.inference_mode():
+        out = run.model.generate(
+            ids,
+            max_new_tokens=max_new_tokens,
+            do_sample=not greedy,
+            temperature=1.0 if temperature is None else temperature,
+            top_k=top_k,
+            top_p=top_p,
+            eos_token_id=stops or None,
+            use_cache=use_cache,
+            generator=generator,
+        )
+    results = []
+    for row in out[:, len(prompt) :].tolist():
+        for i, token in enumerate(row):
+            if token in stops:
+                row = row[: i + (token not in eos)]  # a stop text stays; end-of-text does not
+                break
+        results.append(row)
+    return results
+
+
+def continuation_text(tokenizer: Any, prompt: Sequence[int], new: Sequence[int]) -> str:
+    """The decoded new tokens, decoded together with the prompt (so a tokenizer that joins
+    pieces across the boundary, such as byte-level BPE, spells them right)."""
+    whole = tokenizer.decode([*prompt, *new])
+    head = tokenizer.decode(list(prompt))
+    return whole[len(head) :] if whole.startswith(head) else tokenizer.decode(list(new))
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to and including the earliest of ``stops``."""
+    ends = [text.find(s) + len(s) for s in stops if s in text]
+    return text[: min(ends)] if ends else text
+
+
+def run(args: argparse.Namespace) -> int:
+    check_options(args)
+    device = device_from(args)
+    loaded = load_gpt(args.dir, device, need_tokenizer=args.prompt is not None)
+    prompt = prompt_ids(loaded, args)
+    n = new_token_count(loaded, len(prompt), args.max_new_tokens)
+    stops = list(args.stop or ())
+    samples = generate_ids(
+        loaded,
+        prompt,
+        max_new_tokens=n,
+        greedy=args.greedy,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        num_samples=args.num_samples,
+        stop_ids=stop_token_ids(loaded.tokenizer, stops),
+        use_cache=args.use_cache,
+    )
+    for i, new in enumerate(samples):
+        if args.num_samples > 1:
+            print(f"--- sample {i + 1} of {args.num_samples} ---")
+        if loaded.tokenizer is None:
+            print(",".join(str(t) for t in [*prompt, *new]))
+            continue
+        tok = loaded.tokenizer
+        head = tok.decode(prompt) if args.ids is not None else args.prompt
+        print(head + cut_at_stop(continuation_text(tok, prompt, new), stops))
+    sys.stdout.flush()
+    return 0
