@@ -1,6 +1,7 @@
 """Data that works offline: a catalog of named datasets (scikit-learn's digits, Fashion-MNIST,
-King James -> Reina-Valera verses, copy and reverse), your own image folders, IDX files,
-normalisation, batch augmentation, image preprocessing, tokenizers and seq2seq datasets.
+King James -> Reina-Valera verses, copy and reverse, movie-review sentiment, Turkish POS tags,
+King James characters), your own image folders, IDX files, normalisation, batch augmentation,
+image preprocessing, tokenizers (BPE, character, WordPiece) and text datasets.
 
 from tfam.data import load_dataset, default_augment
 train, val = load_dataset("digits", "fit"), load_dataset("digits", "val")  # "train" = fit + val
@@ -26,6 +27,13 @@ from tfam.data.catalog import (
     register_dataset,
     resolve_data,
 )
+from tfam.data.charlm import (
+    KJV_TEST_BOOKS,
+    KJV_VAL_BOOKS,
+    CharWindows,
+    kjv_char_tokenizer,
+    load_kjv_chars,
+)
 from tfam.data.folder import ImageFolder, clear_folder_cache, scan_folder
 from tfam.data.idx import IDXFormatError, read_idx, write_idx
 from tfam.data.images import (
@@ -40,6 +48,7 @@ from tfam.data.images import (
     load_fashion_mnist,
 )
 from tfam.data.images import clear_cache as _clear_image_cache
+from tfam.data.sentiment import SENTIMENT_CLASSES, SentimentDataset, load_sentiment
 from tfam.data.sword import VerseRef, parallel_verses, read_verses
 from tfam.data.text import (
     QUICK_EVAL_SIZE,
@@ -59,6 +68,21 @@ from tfam.data.tokenizer import (
     Tokenizer,
     load_tokenizer,
 )
+from tfam.data.treebank import (
+    TREEBANK_TAGS,
+    ConlluSentence,
+    TaggingDataset,
+    load_turkish_pos,
+    read_conllu,
+)
+
+# Importing wordpiece registers its kind with load_tokenizer (so does any module using it).
+from tfam.data.wordpiece import (
+    MINILM_INSTALL_HINT,
+    WordPieceTokenizer,
+    minilm_dir,
+    minilm_tokenizer,
+)
 
 
 def clear_cache() -> None:
@@ -68,6 +92,23 @@ def clear_cache() -> None:
 
 
 __all__ = [
+    "KJV_TEST_BOOKS",
+    "KJV_VAL_BOOKS",
+    "MINILM_INSTALL_HINT",
+    "SENTIMENT_CLASSES",
+    "TREEBANK_TAGS",
+    "CharWindows",
+    "ConlluSentence",
+    "SentimentDataset",
+    "TaggingDataset",
+    "WordPieceTokenizer",
+    "kjv_char_tokenizer",
+    "load_kjv_chars",
+    "load_sentiment",
+    "load_turkish_pos",
+    "minilm_dir",
+    "minilm_tokenizer",
+    "read_conllu",
     "CATALOG",
     "FASHION_MNIST_DIRS",
     "QUICK_EVAL_SIZE",

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tfam.data.augment import BatchAugment
+from tfam.data.charlm import KJV_CHARS_INFO, load_kjv_chars
 from tfam.data.folder import FOLDER_SPLITS, FOLDER_VAL_FRACTION, ImageFolder, scan_folder
 from tfam.data.images import (
     DIGITS,
@@ -37,6 +38,7 @@ from tfam.data.images import (
     load_digits,
     load_fashion_mnist,
 )
+from tfam.data.sentiment import SENTIMENT_INFO, load_sentiment
 from tfam.data.text import (
     KJV_RV_VOCAB,
     SYMBOL_SIZES,
@@ -46,6 +48,7 @@ from tfam.data.text import (
     load_kjv_rv,
     load_symbol_task,
 )
+from tfam.data.treebank import TURKISH_POS_INFO, load_turkish_pos
 
 __all__ = [
     "CATALOG",
@@ -63,9 +66,14 @@ __all__ = [
 ]
 
 # Per task: dataset attributes that a model's config must equal (same names as config fields).
+# A classifier's "head" is BERT's head for the task ("sequence", "token", "mlm").
 TASK_FACTS: dict[str, tuple[str, ...]] = {
     "image-classification": ("image_size", "in_channels", "num_classes"),
     "seq2seq": ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id"),
+    "sequence-classification": ("vocab_size", "pad_token_id", "num_labels", "head"),
+    "token-classification": ("vocab_size", "pad_token_id", "num_labels", "head"),
+    "causal-lm": ("vocab_size",),
+    "masked-lm": ("vocab_size", "pad_token_id", "head"),
 }
 
 
@@ -389,3 +397,94 @@ for _task, _what in (("copy", "the same"), ("reverse", "reversed")):
             train_split="train",
         )
     )
+
+
+# Text: classification and language modelling. Splits are train / val / test, each fixed (the
+# run's --seed changes none of them; see each module). These recipes are reasoned starting
+# points (the usual BERT fine-tuning values; a small character GPT), not yet measured here.
+
+register_dataset(
+    DatasetEntry(
+        name="sentiment",
+        task="sequence-classification",
+        info=SENTIMENT_INFO,
+        loader=lambda split, root=None, seed=0: load_sentiment(split, root=root),
+        recipe=Recipe(
+            preset="minilm_l6",
+            train={
+                "init": "minilm_l6",  # the packaged MiniLM's weights; the head starts fresh
+                "epochs": 3,
+                "batch_size": 32,
+                "lr": 5e-5,
+                "min_lr": 0.0,
+                "weight_decay": 0.01,
+                "warmup_steps": 80,  # ~10% of the 793 steps of 3 epochs
+                "label_smoothing": 0.0,
+                "clip_grad": 1.0,
+                "eval_batch_size": 256,
+            },
+            note="fine-tune the packaged MiniLM: lr 5e-5, 3 epochs, 10% warmup (BERT's recipe)",
+        ),
+        splits=TEXT_SPLITS,
+        train_split="train",
+        aliases=("movie-reviews",),
+    )
+)
+
+register_dataset(
+    DatasetEntry(
+        name="turkish-pos",
+        task="token-classification",
+        info=TURKISH_POS_INFO,
+        loader=lambda split, root=None, seed=0: load_turkish_pos(split),
+        recipe=Recipe(
+            preset="minilm_l6",
+            train={
+                "init": "minilm_l6",
+                "epochs": 5,
+                "batch_size": 32,
+                # Higher than for sentiment: an English vocabulary cuts Turkish into many
+                # short pieces, far from what the encoder was trained on.
+                "lr": 1e-4,
+                "min_lr": 0.0,
+                "weight_decay": 0.01,
+                "warmup_steps": 60,  # ~10% of the 610 steps of 5 epochs
+                "label_smoothing": 0.0,
+                "clip_grad": 1.0,
+                "eval_batch_size": 256,
+            },
+            note="fine-tune the packaged MiniLM as a tagger: lr 1e-4, 5 epochs",
+        ),
+        splits=TEXT_SPLITS,
+        train_split="train",
+        aliases=("pos",),
+    )
+)
+
+register_dataset(
+    DatasetEntry(
+        name="kjv",
+        task="causal-lm",
+        info=KJV_CHARS_INFO,
+        loader=lambda split, root=None, seed=0: load_kjv_chars(split),
+        recipe=Recipe(
+            preset="gpt_char_small",  # context 128 = the dataset's default windows
+            train={
+                "epochs": 5,
+                "max_minutes": 30.0,  # epochs is a ceiling on 2 CPU cores
+                "batch_size": 64,
+                "lr": 2e-3,
+                "min_lr": 1e-4,
+                "weight_decay": 0.1,
+                "betas": (0.9, 0.99),
+                "warmup_steps": 200,
+                "label_smoothing": 0.0,
+                "clip_grad": 1.0,
+                "eval_batch_size": 256,
+            },
+            note="a small character GPT: lr 2e-3, batch 64 windows of 128, 30 minutes",
+        ),
+        splits=TEXT_SPLITS,
+        train_split="train",
+    )
+)

@@ -69,8 +69,9 @@ TEST_BOOKS = ("Josh", "Prov", "Acts", "1Cor")  # 3,016 verse pairs
 
 @dataclass(frozen=True)
 class TextDatasetInfo:
-    """What a seq2seq model needs to know about a dataset, without loading it: the
-    tokenizer's vocabulary size and special ids (``TASK_FACTS["seq2seq"]``), split sizes."""
+    """What a text model needs to know about a dataset, without loading it: the tokenizer's
+    vocabulary size and special ids, the classes and head of a classifier (the
+    ``TASK_FACTS`` of its task), split sizes (examples: pairs, sentences or windows)."""
 
     name: str
     vocab_size: int
@@ -81,6 +82,9 @@ class TextDatasetInfo:
     bos_token_id: int = 1
     eos_token_id: int = 2
     classes: tuple[str, ...] = ()  # no classes: DatasetEntry.classes reads it
+    val_size: int | None = None
+    num_labels: int | None = None  # classifiers: len(classes)
+    head: str | None = None  # BERT's head for the task: "sequence", "token", "mlm"
 
 
 def book_split(book: str) -> str:

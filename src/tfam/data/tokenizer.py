@@ -1,4 +1,5 @@
-"""Tokenizers for text tasks: a joint BPE (Hugging Face ``tokenizers``) and a character one.
+"""Tokenizers for text tasks: a joint BPE (Hugging Face ``tokenizers``) and a character one;
+BERT's WordPiece lives in :mod:`tfam.data.wordpiece` and loads through the same functions.
 
     tok = BPETokenizer.train(english + spanish, vocab_size=8000)   # deterministic
     ids = tok.encode("In the beginning")     # list[int], no special tokens
@@ -6,7 +7,7 @@
     tok.save(run_dir)                        # run_dir/tokenizer.json
     tok = load_tokenizer(run_dir)            # whichever kind was saved there
 
-Both kinds share the special ids of :class:`tfam.models.transformer.TransformerConfig`:
+BPE and character tokenizers share the special ids of :class:`tfam.models.transformer.TransformerConfig`:
 ``pad_id=0, bos_id=1, eos_id=2, unk_id=3``. Text is normalised to Unicode NFC with whitespace
 runs collapsed to one space and ends stripped, so ``decode(encode(x))`` returns ``x`` for any
 text so normalised whose characters the tokenizer knows; characters it has never seen become
@@ -20,7 +21,7 @@ import os
 import re
 import unicodedata
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "Tokenizer",
     "load_tokenizer",
     "normalize_text",
+    "register_tokenizer_kind",
 ]
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -41,6 +43,19 @@ TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 _WS = re.compile(r"\s+")
+
+# Kinds defined in other modules of tfam.data (WordPiece), so this module imports none of them:
+# (does this parsed tokenizer.json belong to the kind?, its loader(text, path)). Each module
+# registers its kind when imported, and importing tfam.data imports them all.
+_KINDS: list[tuple[Callable[[Any], bool], Callable[[str, Path], Tokenizer]]] = []
+
+
+def register_tokenizer_kind(
+    matches: Callable[[Any], bool], load: Callable[[str, Path], Tokenizer]
+) -> None:
+    """Make :func:`load_tokenizer` read a kind of ``tokenizer.json``: ``matches(parsed_json)``
+    says whether a file is of the kind, ``load(text, path)`` builds the tokenizer."""
+    _KINDS.append((matches, load))
 
 
 def normalize_text(text: str) -> str:
@@ -98,9 +113,9 @@ class Tokenizer(ABC):
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> Tokenizer:
-        """The tokenizer saved in ``directory`` — a BPETokenizer or a CharTokenizer, whichever
-        was saved there, whichever class this is called on (a run directory of the copy task
-        holds a CharTokenizer)."""
+        """The tokenizer saved in ``directory`` — a BPETokenizer, a CharTokenizer or a
+        WordPieceTokenizer, whichever was saved there, whichever class this is called on (a run
+        directory of the copy task holds a CharTokenizer)."""
         path = _tokenizer_path(directory)
         try:
             text = path.read_text(encoding="utf-8")
@@ -109,6 +124,9 @@ class Tokenizer(ABC):
             raise ValueError(f"{path} is not a readable tokenizer file: {err}") from err
         if isinstance(data, dict) and data.get("tfam_tokenizer") == "char":
             return CharTokenizer._from_dict(data, path)
+        for matches, load in _KINDS:
+            if matches(data):
+                return load(text, path)
         return BPETokenizer._from_json(text, path)
 
     def __repr__(self) -> str:
@@ -116,7 +134,7 @@ class Tokenizer(ABC):
 
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
-    """The tokenizer saved in ``directory`` by ``save`` (BPE or character)."""
+    """The tokenizer saved in ``directory`` by ``save`` (BPE, character or WordPiece)."""
     return Tokenizer.load(directory)
 
 
@@ -272,6 +290,12 @@ class CharTokenizer(Tokenizer):
         n = len(SPECIAL_TOKENS)
         chars = [self.symbols[i - n] for i in map(int, ids) if n <= i < self.vocab_size]
         return (" " if self.spaced else "").join(chars)
+
+    def token_to_id(self, token: str) -> int:
+        """The id of a symbol or special token; ``unk_id`` for a character it does not hold."""
+        if token in SPECIAL_TOKENS:
+            return SPECIAL_TOKENS.index(token)
+        return self._ids.get(token, UNK_ID)
 
     def id_to_token(self, i: int) -> str:
         i = int(i)
