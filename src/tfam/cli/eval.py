@@ -1,5 +1,6 @@
 """`tfam eval DIR`: accuracy, per-class accuracy and confusion matrix of an image model; BLEU
-and chrF of a seq2seq (translation) run on its held-out sentences."""
+and chrF of a seq2seq (translation) run on its held-out sentences; the task's metrics (loss,
+accuracy, bits per character) of a BERT or GPT run on its dataset's test split."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ EPILOG = """examples:
   tfam eval runs/photos --split val --device cuda       a model trained on an image folder
   tfam eval runs/kjv-rv                        sacreBLEU and chrF of a translation run, beam 4
   tfam eval runs/kjv-rv --limit 200 --beam 1   a quick check on the first 200 sentences
+  tfam eval runs/sentiment                     a BERT sentence classifier: loss, accuracy, per class
+  tfam eval runs/pos                           a BERT tagger: loss and per-word tag accuracy
+  tfam eval runs/kjv                           a character GPT: nats and bits per character
 
 Image runs: prints the accuracy and a per-class table, writes the confusion matrix (rows =
 true class) as a PNG (default DIR/confusion.png) and every number into DIR/eval.json.
@@ -29,9 +33,17 @@ sacreBLEU and chrF (the sacrebleu package with its default tokenisation, one ref
 sentence) and a few translations beside their references; writes the scores into
 DIR/eval.json and every translation, one per line, to --out (default
 DIR/translations_SPLIT.txt). Sources longer than the model's positions are truncated (counted).
+
+BERT and GPT runs: the metrics of the task the run was trained for (labels.json, else the
+dataset in DIR/train_args.json), computed as training computes them, on the test split of that
+dataset: loss and accuracy over sentences (sequence classification, with a per-class table),
+over words (tagging: each word's tag sits on its first piece), or over predicted tokens
+(language models: loss in nats per token, and bits per character for a character-level
+dataset). --data must be a dataset of the same task. The numbers go to DIR/eval.json.
 """
 
 EXAMPLES_SHOWN = 5
+TEXT_FAMILIES = ("bert", "gpt")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,13 +86,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="images per forward pass (default: 256), or sentences per generate call (default: 32)",
     )
-    s = p.add_argument_group("seq2seq runs")
+    s = p.add_argument_group("seq2seq and text runs")
     s.add_argument(
         "--limit",
         type=int,
         default=None,
         metavar="N",
-        help="evaluate the first N sentences of the split only (quick checks)",
+        help="evaluate the first N sentences (examples) of the split only (quick checks)",
     )
     add_decoding_options(s, truncate=False)
     add_device_option(p)
@@ -103,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     source = resolve_model(args.dir, what="DIR", kinds=("dir",))
     if run_is_seq2seq(source):
         return run_seq2seq(args)
+    if source.family in TEXT_FAMILIES:
+        return run_text(args)
     if args.limit is not None:
         raise ValueError(
             "--limit is for seq2seq runs; an image run is evaluated on its whole split"
@@ -302,3 +316,164 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     print(f"numbers: {run_dir / 'eval.json'}")
     sys.stdout.flush()
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# BERT and GPT runs
+
+
+def run_text(args: argparse.Namespace) -> int:
+    """The task's metrics of a BERT or GPT run on a split of its dataset (or --data)."""
+    import torch
+
+    from tfam.cli.text import read_config, run_task
+    from tfam.data import resolve_data
+    from tfam.models import MODEL_CLASSES
+    from tfam.training.tasks import IGNORE_INDEX, task_for
+
+    run_dir = Path(args.dir)
+    if args.batch_size is None:
+        args.batch_size = 64
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size {args.batch_size} is invalid: expected an int >= 1")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit {args.limit} is invalid: expected an int >= 1")
+    config = read_config(run_dir)
+    trained = run_task(run_dir, config)
+    name = args.data or trained.data
+    if not name:
+        raise ValueError(
+            f"{run_dir} names no dataset (no labels.json or train_args.json): pass --data NAME"
+        )
+    entry = resolve_data(name)
+    if trained.task and entry.task != trained.task:
+        raise ValueError(
+            f"--data {entry.name} is a {entry.task} dataset, but {run_dir} was trained for "
+            f"{trained}: evaluate it on a {trained.task} dataset"
+            + (f" (e.g. --data {trained.data})" if trained.data else "")
+        )
+    family_tasks = getattr(MODEL_CLASSES.get(config.family), "tasks", ())
+    if entry.task not in family_tasks:
+        raise ValueError(
+            f"--data {entry.name} is a {entry.task} dataset; a {config.family} model is "
+            f"evaluated on {', '.join(family_tasks)}"
+        )
+    split = args.split or entry.test_split or entry.val_split
+    if split not in entry.splits:
+        raise ValueError(
+            f"--split {split!r} is invalid for {entry.name}: expected one of "
+            f"{', '.join(entry.splits)}"
+        )
+    device = device_from(args)
+    data = entry.load(split, root=args.root)
+    _check_text_data(data, config, entry.name)
+    model = resolve_model(args.dir, what="DIR", kinds=("dir",)).load(device).eval()
+    task = task_for(entry.task, data)
+    total = len(data)
+    n = total if args.limit is None else min(args.limit, total)
+    if n == 0:
+        raise ValueError(f"{entry.name} {split} holds no examples")
+    classes = list(getattr(data, "classes", ()) or ())
+    per_class = entry.task == "sequence-classification" and classes
+    counts = torch.zeros(len(classes), dtype=torch.long) if per_class else None
+    right = torch.zeros(len(classes), dtype=torch.long) if per_class else None
+    sums: dict[str, float] = {}
+    with torch.inference_mode():
+        for start in range(0, n, args.batch_size):
+            idx = torch.arange(start, min(start + args.batch_size, n))
+            batch = task.get_batch(data, idx)
+            if batch is None:
+                batch = task.collate([data[int(i)] for i in idx])
+            batch = {k: v.to(device) for k, v in batch.items()}
+            for key, value in task.eval_sums(model, batch).items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+            if per_class:
+                labels = batch["labels"].cpu()
+                guess = task.predict(model, batch).argmax(dim=-1).cpu()
+                kept = labels != IGNORE_INDEX
+                counts += torch.bincount(labels[kept], minlength=len(classes))
+                right += torch.bincount(labels[kept & (guess == labels)], minlength=len(classes))
+    metrics = task.reduce(sums)
+    unit = getattr(task, "unit", "examples")
+    shown = f"first {n} of {total}" if n < total else f"{total}"
+    print(f"model {run_dir} on {entry.name} {split}: {shown} {_plural(entry.task)}")
+    counted = int(sums.get("count", 0))
+    per = {"characters": "char"}.get(unit, unit.rstrip("s"))
+    lines = _metric_lines(entry.task, metrics, sums, per, counted)
+    for line in lines:
+        print(line)
+    numbers: dict[str, Any] = {
+        "model_dir": str(run_dir),
+        "dataset": entry.name,
+        "task": entry.task,
+        "split": split,
+        "num_examples": n,
+        "split_size": total,
+        "counted": counted,
+        "unit": unit,
+        **{k: (None if math.isnan(v) else v) for k, v in metrics.items()},
+    }
+    if per_class:
+        assert counts is not None and right is not None
+        print()
+        width = max(5, *(len(c) for c in classes))
+        print(f"{'class':<{width}}  {'count':>6}  {'correct':>7}  {'accuracy':>8}")
+        table = []
+        for c, k, r in zip(classes, counts.tolist(), right.tolist()):
+            acc = f"{100 * r / k:.2f}%" if k else "-"
+            print(f"{c:<{width}}  {k:>6}  {r:>7}  {acc:>8}")
+            table.append({"class": c, "count": k, "correct": r})
+        numbers["per_class"] = table
+    _write_json(run_dir / "eval.json", numbers)
+    print()
+    print(f"numbers: {run_dir / 'eval.json'}")
+    sys.stdout.flush()
+    return 0
+
+
+def _plural(task: str) -> str:
+    return {"token-classification": "sentences", "sequence-classification": "sentences"}.get(
+        task, "examples"
+    )
+
+
+def _metric_lines(
+    task: str, metrics: dict[str, float], sums: dict[str, float], per: str, counted: int
+) -> list[str]:
+    """The printed lines of a text task's metrics."""
+    lines = []
+    loss = metrics.get("loss", math.nan)
+    acc = metrics.get("acc")
+    correct = int(sums.get("correct", 0))
+    if task == "causal-lm":
+        lines.append(f"loss: {loss:.4f} nats/{per} over {counted} predicted {per}s")
+        if "bpc" in metrics:
+            lines.append(f"bits per character: {metrics['bpc']:.4f}")
+        if "ppl" in metrics:
+            lines.append(f"perplexity: {metrics['ppl']:.2f}")
+        if acc is not None:
+            lines.append(f"next-{per} accuracy: {100 * acc:.2f}% ({correct}/{counted})")
+        return lines
+    what = {"token-classification": "words", "masked-lm": "masked tokens"}.get(task, "sentences")
+    if acc is not None:
+        lines.append(f"accuracy: {100 * acc:.2f}% ({correct}/{counted} {what})")
+    lines.append(f"loss: {loss:.4f}")
+    for key, value in metrics.items():
+        if key not in ("loss", "acc"):
+            lines.append(f"{key}: {value:.4f}")
+    return lines
+
+
+def _check_text_data(data: Any, config: Any, name: str) -> None:
+    """The dataset's vocabulary and classes against the model's (one line each)."""
+    vocab = getattr(data, "vocab_size", None)
+    if vocab is not None and int(vocab) > int(config.vocab_size):
+        raise ValueError(
+            f"--data {name}: its tokenizer has {vocab} ids, but the model only "
+            f"vocab_size={config.vocab_size}"
+        )
+    labels = getattr(data, "num_labels", None)
+    if labels is not None and hasattr(config, "num_labels") and labels != config.num_labels:
+        raise ValueError(
+            f"--data {name} has {labels} classes, but the model has num_labels={config.num_labels}"
+        )

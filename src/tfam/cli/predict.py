@@ -1,10 +1,13 @@
-"""`tfam predict DIR IMAGE...`: the top-k classes of each image, with probabilities (for a
-seq2seq run: the translation of each sentence, as `tfam translate`)."""
+"""`tfam predict DIR IMAGE...`: the top-k classes of each image, with probabilities; for a BERT
+sentence classifier the classes of each sentence, for a BERT tagger each word's tag; for a
+seq2seq run the translation of each sentence, as `tfam translate`."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tfam.cli.common import add_device_option, device_from, resolve_model
 from tfam.cli.translate import run_is_seq2seq
@@ -15,12 +18,19 @@ EPILOG = """examples:
   tfam predict runs/digits test:0 test:1                samples of the run's dataset
   tfam predict runs/photos val:0 cat.jpg --device cuda  a model trained on an image folder
   tfam predict runs/kjv-rv "And God saw the light."     a seq2seq run: its translation
+  tfam predict runs/sentiment "A fine, moving film."    a BERT sentence classifier: classes
+  tfam predict runs/pos "Ali eve geldi ." --tags        a BERT tagger: one tag per word
+
+Text runs need the tokenizer.json and labels.json (class names) that `tfam train` writes. A
+tagger splits the sentence into words as BERT does (at spaces and punctuation) and gives each
+word the tag predicted on its first word piece.
 
 Images are converted as the model needs (grayscale/RGB, resized, scaled as in training).
 For digits-like data (one channel, light on dark), an image with a bright border (ink on
 paper) is inverted and its contrast stretched; --invert yes|no and --no-stretch override.
 """
 
+TEXT_FAMILIES = ("bert", "gpt")
 INVERT_CHOICES = {"auto": "auto", "yes": True, "no": False}
 
 
@@ -46,8 +56,9 @@ def image_options(args: argparse.Namespace) -> dict:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "predict",
-        help="top-k classes for image files (seq2seq runs: translations)",
-        description="Classify image files (PNG, JPEG, ... via Pillow) with a trained model.",
+        help="top-k classes of images or sentences, tags of words, translations",
+        description="Classify image files (PNG, JPEG, ... via Pillow) or sentences, tag words, "
+        "or translate sentences with a trained model.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -59,14 +70,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="IMAGE",
         nargs="+",
         help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset; for a "
-        "seq2seq run, a sentence",
+        "text run, a sentence",
     )
     p.add_argument(
-        "--top-k", type=int, default=5, help="classes to list per image (default: 5; images only)"
+        "--top-k",
+        type=int,
+        default=5,
+        help="classes to list per image or sentence (default: 5)",
+    )
+    p.add_argument(
+        "--tags",
+        action="store_true",
+        help="text runs: ask for one tag per word (a token-classification run, a tagger)",
     )
     add_image_options(p)
     add_device_option(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, trailing="images")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +97,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--top-k {args.top_k} is invalid: expected an int >= 1")
     source = resolve_model(args.dir, what="DIR", kinds=("dir",))
     if run_is_seq2seq(source):
+        if args.tags:
+            raise ValueError(f"--tags is for a tagger; {args.dir} holds a seq2seq run")
         return _translate(args)
+    if source.family in TEXT_FAMILIES:
+        return predict_text(args)
+    if args.tags:
+        raise ValueError(f"--tags is for a tagger; {args.dir} holds an image classifier")
     device = device_from(args)
     pre = load_preprocess(Path(args.dir))
     # Read every image before any output: a bad file fails the command up front.
@@ -118,3 +143,146 @@ def _translate(args: argparse.Namespace) -> int:
         setattr(args, name, value)
     args.texts = list(args.images)
     return translate.run(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text runs
+
+
+def split_words(text: str) -> list[str]:
+    """BERT's word split: at whitespace and around every punctuation character ("Ali geldi."
+    -> ["Ali", "geldi", "."]), as the treebanks and BERT's basic tokenizer split."""
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+
+    return [word for word, _ in BertPreTokenizer().pre_tokenize_str(text)]
+
+
+def predict_text(args: argparse.Namespace) -> int:
+    """A BERT classification run: the classes of each sentence, or the tag of each word."""
+    import torch
+
+    from tfam.cli.text import load_labels, load_run_tokenizer, read_config, read_texts, run_task
+    from tfam.cli.translate import describe_run
+
+    run_dir = Path(args.dir)
+    texts, names = read_texts(args.images, "predict", "a sentence")
+    config = read_config(run_dir)
+    trained = run_task(run_dir, config)
+    wanted = "token-classification" if args.tags else None
+    if config.family != "bert" or trained.task not in (
+        "sequence-classification",
+        "token-classification",
+    ):
+        hint = (
+            f"; to continue text with it: tfam generate {args.dir} --prompt TEXT"
+            if config.family == "gpt"
+            else f"; for sentence embeddings: tfam embed {args.dir} TEXT"
+            if config.family == "bert"
+            else ""
+        )
+        raise ValueError(
+            f"predict on text needs a BERT classification run (e.g. `tfam train bert --task "
+            f"sentiment` or `--task pos`), but {run_dir} holds "
+            f"{describe_run(run_dir, config.family)} trained for {trained}{hint}"
+        )
+    labels = load_labels(run_dir, "predict")
+    classes = list(labels["classes"])
+    if wanted is not None and trained.task != wanted:
+        raise ValueError(
+            f"--tags needs a token-classification run (a tagger, e.g. `tfam train bert --task "
+            f"pos`), but {run_dir} was trained for {trained} (classes: {', '.join(classes)}): "
+            "leave out --tags for its sentence classes"
+        )
+    if len(classes) != config.num_labels:
+        raise ValueError(
+            f"{run_dir / 'labels.json'} names {len(classes)} classes but the model has "
+            f"num_labels={config.num_labels}: the labels are not the model's"
+        )
+    tokenizer = load_run_tokenizer(run_dir, "predict (sentences to token ids)")
+    device = device_from(args)
+    model = resolve_model(args.dir, what="DIR", kinds=("dir",)).load(device).eval()
+    limit = int(config.max_positions)
+    with torch.inference_mode():
+        if trained.task == "token-classification":
+            _print_tags(model, tokenizer, texts, names, classes, limit, device)
+        else:
+            _print_classes(model, tokenizer, texts, names, classes, limit, device, args.top_k)
+    return 0
+
+
+def _check_length(n: int, limit: int, name: str) -> None:
+    if n > limit:
+        raise ValueError(
+            f"{name} is {n} tokens long, but the model reads at most max_positions={limit} tokens"
+        )
+
+
+def _print_classes(model, tokenizer, texts, names, classes, limit, device, top_k) -> None:  # noqa: ANN001
+    import torch
+
+    rows = [list(tokenizer.encode(t)) for t in texts]
+    cut = getattr(tokenizer, "max_length", None)
+    for row, name in zip(rows, names):
+        _check_length(len(row), limit, name)
+        if cut is not None and len(row) >= cut:
+            from tfam.cli.text import note
+
+            note(f"{name} fills the tokenizer's {cut} tokens: the rest is cut, as in training")
+    k = min(top_k, len(classes))
+    width = max(len(c) for c in classes)
+    for n, (text, row) in enumerate(zip(texts, rows)):
+        ids = torch.tensor([row], dtype=torch.long, device=device)
+        mask = torch.ones_like(ids, dtype=torch.bool)
+        probs = model(ids, attention_mask=mask).float().softmax(dim=-1)[0].cpu()
+        values, indices = probs.topk(k)
+        print(text)
+        for rank, (p, c) in enumerate(zip(values.tolist(), indices.tolist()), start=1):
+            print(f"  {rank}. {classes[c]:<{width}}  {p:.4f}")
+        if n + 1 < len(texts):
+            print()
+
+
+def _print_tags(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    names: Sequence[str],
+    classes: Sequence[str],
+    limit: int,
+    device: Any,
+) -> None:
+    """Each sentence, then one line per word: the word, its tag (from its first piece) and the
+    tag's probability."""
+    import torch
+
+    encode_words = getattr(tokenizer, "encode_words", None)
+    if encode_words is None:
+        raise ValueError(
+            f"the run's tokenizer ({type(tokenizer).__name__}) cannot encode words with word "
+            "indices; a tagger needs a WordPiece tokenizer"
+        )
+    for n, (text, name) in enumerate(zip(texts, names)):
+        words = split_words(text)
+        if not words:
+            raise ValueError(f"{name} holds no words: expected a sentence to tag")
+        ids, word_ids = encode_words(words)
+        _check_length(len(ids), limit, name)
+        first: dict[int, int] = {}
+        for pos, w in enumerate(word_ids):
+            if w is not None and w not in first:
+                first[w] = pos
+        if len(first) < len(words):
+            raise ValueError(
+                f"{name} is too long: only its first {len(first)} of {len(words)} words fit in "
+                f"the tokenizer's {getattr(tokenizer, 'max_length', len(ids))} tokens"
+            )
+        x = torch.tensor([ids], dtype=torch.long, device=device)
+        probs = model(x, attention_mask=torch.ones_like(x, dtype=torch.bool)).float()
+        probs = probs.softmax(dim=-1)[0].cpu()
+        width = max(len(w) for w in words)
+        print(text)
+        for w, word in enumerate(words):
+            p, c = probs[first[w]].max(dim=-1)
+            print(f"  {word:<{width}}  {classes[int(c)]:<6}  {float(p):.4f}")
+        if n + 1 < len(texts):
+            print()

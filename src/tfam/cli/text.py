@@ -146,7 +146,14 @@ def load_run_tokenizer(run_dir: Path, needed_for: str) -> Any:
             "hf-to-tfam` copies a Hugging Face directory's tokenizer.json (for a model saved "
             "from Python, save its tokenizer into the same directory with tokenizer.save(DIR))"
         )
+    import importlib
+
     from tfam.data.tokenizer import load_tokenizer
+
+    try:  # registers the WordPiece kind with the loader (importing tfam.data does too)
+        importlib.import_module("tfam.data.wordpiece")
+    except ImportError:
+        pass
 
     try:
         return load_tokenizer(run_dir)

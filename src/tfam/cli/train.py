@@ -105,6 +105,11 @@ EPILOG_HEAD = """examples:
   tfam train vit --data digits --device cuda --precision bf16 --nproc 2    DDP on 2 GPUs
   tfam train vit --data digits --out runs/digits --resume       continue a stopped run exactly
   tfam train vit --data digits --out runs/digits --resume --epochs 200   extend a finished run
+  tfam train bert --task sentiment --init minilm_l6             fine-tune the packaged MiniLM
+  tfam train bert --task pos --init minilm_l6 --out runs/pos    a tagger: one tag per word
+  tfam train gpt --data kjv --max-minutes 5                     a character-level GPT on the KJV
+      (--task is another spelling of --data; a text run also gets tokenizer.json and, for
+      classes, labels.json, which tfam predict, eval, generate and embed read)
 
 defaults per dataset (any option given on the command line wins):
 """
@@ -161,9 +166,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--data",
-        required=True,
+        default=None,
         metavar="NAME_OR_DIR",
         help=f"dataset: {datasets}, or an image folder (one sub-folder per class)",
+    )
+    p.add_argument(
+        "--task",
+        default=None,
+        metavar="NAME",
+        help="another spelling of --data for text tasks: tfam train bert --task sentiment "
+        "(give one of --data and --task)",
     )
     p.add_argument(
         "--data-root", metavar="DIR", default=None, help="where to look first for dataset files"
@@ -393,6 +405,33 @@ def save_tokenizer(out: Path, tokenizer: Any) -> Path:
     return atomic_write_bytes(path, data)
 
 
+def _init_notes(init: str, entry: Any) -> list[str]:
+    """What --init DIR was trained for when it differs from this run's task or dataset: its
+    encoder is reused, its head is not (the trainer's own lines list the tensors)."""
+    from tfam.cli.text import read_config, run_task
+
+    path = Path(init)
+    if not path.is_dir() or not (path / "config.json").is_file():
+        return []
+    try:
+        theirs = run_task(path, read_config(path))
+    except (OSError, ValueError):
+        return []
+    if theirs.task and theirs.task != entry.task:
+        return [
+            f"init: {init} was trained for {theirs}; this run trains {entry.task} on "
+            f"{entry.name}: its body (embeddings and blocks) is reused, and the {entry.task} "
+            "head starts fresh"
+        ]
+    if theirs.data and theirs.data != entry.name and theirs.task == entry.task:
+        return [
+            f"init: {init} was trained on {theirs.data}; this run trains on {entry.name}: a "
+            "head of the same shape is copied, but its classes are those of "
+            f"{theirs.data} until training changes them"
+        ]
+    return []
+
+
 def _strip_nproc(argv: list[str]) -> list[str]:
     out, skip = [], False
     for item in argv:
@@ -424,6 +463,15 @@ def run(args: argparse.Namespace) -> int:
             argv = list(getattr(args, "argv", None) or sys.argv[1:])
             return launch(args.nproc, _strip_nproc(argv))
 
+    if (args.data is None) == (args.task is None):
+        raise ValueError(
+            "give exactly one of --data NAME and --task NAME (the same option: --task reads "
+            "better for text tasks, e.g. tfam train bert --task sentiment)"
+            if args.data is None
+            else f"--data {args.data!r} and --task {args.task!r} are the same option: give one"
+        )
+    if args.data is None:
+        args.data = args.task
     entry = _resolve_data(args.data)
     _check_family(args.family, entry)
     default_out = Path(entry.name).name if entry.is_folder else entry.name
@@ -472,9 +520,28 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = getattr(train_set, "tokenizer", None)
     if tokenizer is not None and dist_info().is_main:
         save_tokenizer(out, tokenizer)
+        classes = getattr(train_set, "classes", None)
+        if classes:
+            from tfam.cli.text import write_labels
+
+            # The class names of a text run's outputs, for predict and eval (an image run
+            # keeps its classes in preprocess.json).
+            write_labels(out, entry.task, entry.name, list(classes))
+    if config.init is not None and not config.quiet and dist_info().is_main:
+        for line in _init_notes(config.init, entry):
+            print(line, flush=True)
 
     hint = shlex.join(
-        ["tfam", "train", args.family, "--data", args.data, "--out", str(out), "--resume"]
+        [
+            "tfam",
+            "train",
+            args.family,
+            "--task" if args.task is not None else "--data",
+            args.data,
+            "--out",
+            str(out),
+            "--resume",
+        ]
     )
     if not config.quiet and dist_info().is_main:  # under torchrun, rank 0 alone speaks
         params = sum(p.numel() for p in model.parameters())
