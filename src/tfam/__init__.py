@@ -1,12 +1,21 @@
 """tfam: the Transformer family in one small, exact, fast PyTorch library.
 
-Importing tfam registers every family (its config, model class and presets) and every brick
-that a config names (attention kernels).
+Importing tfam registers every family (its config, model class and presets), every brick
+that a config names (attention kernels) and the presets' pretrained weights (the packaged
+MiniLM for ``minilm_l6``: ``tfam.load_pretrained("minilm_l6")``).
 """
 
+from tfam import interop as _interop  # noqa: F401  (registers pretrained weights)
 from tfam.config import BaseConfig
 from tfam.explain import explain  # rebinds tfam.explain to the function, not the module
-from tfam.models import create_model, from_pretrained, list_models
+from tfam.models import (
+    create_model,
+    from_pretrained,
+    has_pretrained,
+    list_models,
+    list_pretrained,
+    load_pretrained,
+)
 from tfam.models.vit import ViTConfig
 
 __version__ = "0.1.0"
@@ -19,5 +28,8 @@ __all__ = [
     "create_model",
     "explain",
     "from_pretrained",
+    "has_pretrained",
     "list_models",
+    "list_pretrained",
+    "load_pretrained",
 ]

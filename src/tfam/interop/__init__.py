@@ -8,7 +8,8 @@ Families: ViT (``transformers.ViTModel``, ``transformers.ViTForImageClassificati
 :mod:`tfam.interop.hf_vit`; GPT-2 (``GPT2LMHeadModel``, ``GPT2Model``), see
 :mod:`tfam.interop.hf_gpt2`.
 BERT (``BertModel``, ``BertForMaskedLM``, ``BertForTokenClassification``,
-``BertForSequenceClassification``), see :mod:`tfam.interop.hf_bert`.
+``BertForSequenceClassification``), see :mod:`tfam.interop.hf_bert`; the packaged
+all-MiniLM-L6-v2 (pretrained weights of preset ``minilm_l6``), see :mod:`tfam.interop.minilm`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from torch import nn
+
+# Registers the packaged MiniLM's weights as preset "minilm_l6"'s pretrained weights
+# (tfam.models.load_pretrained); importing tfam imports this package.
+from tfam.interop import minilm as _minilm  # noqa: F401
 
 
 def from_hf(hf_model: Any, **options: Any) -> nn.Module:

@@ -1,9 +1,20 @@
-"""Families: compositions of layers, plus the registry of named presets."""
+"""Families: compositions of layers, plus the registries of named presets and of the presets
+with pretrained weights."""
 
 from tfam.models.base import MODEL_CLASSES, TfamModel, from_pretrained
 from tfam.models.bert import Bert, BertConfig, mean_pool
 from tfam.models.gpt import GPT, GPTConfig
-from tfam.models.registry import PRESETS, count_parameters, create_config, create_model, list_models
+from tfam.models.registry import (
+    PRESETS,
+    count_parameters,
+    create_config,
+    create_model,
+    has_pretrained,
+    list_models,
+    list_pretrained,
+    load_pretrained,
+    register_pretrained,
+)
 from tfam.models.transformer import Transformer, TransformerConfig
 from tfam.models.vit import ViT, ViTConfig
 
@@ -23,6 +34,10 @@ __all__ = [
     "create_config",
     "create_model",
     "from_pretrained",
+    "has_pretrained",
     "list_models",
+    "list_pretrained",
+    "load_pretrained",
     "mean_pool",
+    "register_pretrained",
 ]

@@ -1,8 +1,10 @@
-"""Named presets and ``create_model``: a name is a family plus config values."""
+"""Named presets and ``create_model``: a name is a family plus config values; and the presets
+that have pretrained weights (``load_pretrained``), registered by the modules that read them."""
 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,3 +69,52 @@ def count_parameters(name: str, **overrides: Any) -> int:
     """Parameter count of a preset without allocating its weights (built on the meta device)."""
     with torch.device("meta"):
         return create_model(name, **overrides).num_parameters()
+
+
+# Preset name -> a function returning the model with its pretrained weights. The readers live
+# above models (tfam.interop registers the packaged MiniLM when tfam is imported), so this table
+# is filled from there; models never import them.
+PRETRAINED: dict[str, Callable[[], TfamModel]] = {}
+
+
+def register_pretrained(name: str, loader: Callable[[], TfamModel]) -> None:
+    """Say that preset ``name`` has pretrained weights, which ``loader()`` returns as a model
+    (raising FileNotFoundError, with the command that installs them, when they are absent)."""
+    if name not in PRESETS:
+        raise ValueError(
+            f"name={name!r} is invalid: pretrained weights belong to a registered preset "
+            f"({', '.join(sorted(PRESETS))})"
+        )
+    if name in PRETRAINED:
+        raise ValueError(f"pretrained weights for {name!r} are registered twice")
+    if not callable(loader):
+        raise ValueError(f"loader={loader!r} is invalid: expected a function returning a model")
+    PRETRAINED[name] = loader
+
+
+def has_pretrained(name: str) -> bool:
+    """Whether preset ``name`` has registered pretrained weights (installed or not)."""
+    return name in PRETRAINED
+
+
+def list_pretrained() -> list[str]:
+    """The presets with registered pretrained weights, sorted."""
+    return sorted(PRETRAINED)
+
+
+def load_pretrained(name: str) -> TfamModel:
+    """Preset ``name`` with its pretrained weights, in eval mode. FileNotFoundError (from the
+    reader, naming the install command) when the weights are not installed; ValueError for a
+    name without registered weights."""
+    if name not in PRETRAINED:
+        known = ", ".join(list_pretrained()) or "none registered (import tfam registers them)"
+        raise ValueError(
+            f"name={name!r} is invalid: no pretrained weights are registered for it; presets "
+            f"with pretrained weights: {known}"
+        )
+    model = PRETRAINED[name]()
+    if not isinstance(model, TfamModel):
+        raise TypeError(
+            f"the pretrained loader of {name!r} returned {type(model).__name__}, not a TfamModel"
+        )
+    return model.eval()
