@@ -424,10 +424,19 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def load_init_weights(model: nn.Module, init: str) -> list[str]:
-    """Copy into ``model`` every tensor of ``init`` (a run directory, or a preset name) whose
-    name and shape match; the others keep their fresh values. Returns the lines to log (what
-    was copied, and which tensors, such as a head for another class count, start fresh)."""
-    from tfam.models import create_model, from_pretrained, list_models
+    """Copy into ``model`` every tensor of ``init`` whose name and shape match; the others keep
+    their fresh values. ``init`` is a run directory, or a preset name: the preset's pretrained
+    weights when it has some (``tfam.models.has_pretrained``, such as the packaged MiniLM of
+    ``minilm_l6``), else its random initial weights. Returns the lines to log (which weights
+    were copied, and which tensors, such as a head for another class count or a head the
+    source lacks, start fresh)."""
+    from tfam.models import (
+        create_model,
+        from_pretrained,
+        has_pretrained,
+        list_models,
+        load_pretrained,
+    )
 
     path = Path(init)
     if path.is_dir():
@@ -436,6 +445,12 @@ def load_init_weights(model: nn.Module, init: str) -> list[str]:
         except (FileNotFoundError, ValueError, OSError) as err:
             raise ValueError(f"init={init!r} is invalid: {err}") from None
         where = str(path)
+    elif has_pretrained(init):
+        try:
+            source = load_pretrained(init)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"init={init!r}: {err}") from None
+        where = f"the pretrained weights of {init}"
     elif init in list_models():
         source = create_model(init)
         where = f"preset {init} (its initial weights: no trained weights ship with it)"
@@ -461,8 +476,15 @@ def load_init_weights(model: nn.Module, init: str) -> list[str]:
             "same shape)"
         )
     lines = [f"init: copied {len(copied)}/{len(mine)} tensors from {where}"]
-    a = getattr(getattr(source, "config", None), "num_classes", None)
-    b = getattr(getattr(model, "config", None), "num_classes", None)
+    theirs_config = getattr(source, "config", None)
+    mine_config = getattr(model, "config", None)
+
+    def classes(config: Any) -> Any:
+        # Vision families count num_classes, text families num_labels.
+        n = getattr(config, "num_classes", None)
+        return n if n is not None else getattr(config, "num_labels", None)
+
+    a, b = classes(theirs_config), classes(mine_config)
     if fresh:
         what = (
             f"{init} was trained for {a} classes, this model has {b}: "
@@ -471,7 +493,12 @@ def load_init_weights(model: nn.Module, init: str) -> list[str]:
         )
         lines.append(f"init: {what}a fresh head ({', '.join(fresh)}) is trained from scratch")
     if unknown:
-        lines.append(f"init: not in {init}, left fresh: {', '.join(unknown)}")
+        line = f"init: not in {init}, trained from scratch: {', '.join(unknown)}"
+        head_a = getattr(theirs_config, "head", None)
+        head_b = getattr(mine_config, "head", None)
+        if isinstance(head_a, str) and isinstance(head_b, str) and head_a != head_b:
+            line += f" ({init} has head={head_a!r}, this model a fresh {head_b!r} head)"
+        lines.append(line)
     return lines
 
 
