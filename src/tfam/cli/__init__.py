@@ -36,6 +36,12 @@ EPILOG = """examples:
   tfam translate runs/kjv-rv "In the beginning God created the heaven and the earth."
   tfam eval runs/kjv-rv                            sacreBLEU and chrF on held-out books
   tfam viz attention runs/kjv-rv "Let there be light." --out align.png   cross-attention
+  tfam train bert --task sentiment --init minilm_l6   fine-tune the packaged MiniLM
+  tfam predict runs/sentiment "A fine, moving film."   class probabilities (--tags: a tagger)
+  tfam train gpt --data kjv --out runs/kjv             a character-level GPT on the KJV
+  tfam generate runs/kjv --prompt "And God said" --top-p 0.9 --seed 0
+  tfam embed minilm_l6 "A fine film." --normalize     a sentence embedding (384 numbers)
+  tfam convert hf-to-tfam hf/gpt2 runs/gpt2           HF ViT, BERT, GPT-2 <-> tfam, checked
 """
 
 

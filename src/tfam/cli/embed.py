@@ -93,7 +93,7 @@ def _has_pretrained(name: str) -> bool:
 def load_encoder(spec: str) -> tuple[Any, Any, str]:
     """(BERT model in eval mode, tokenizer, what it is for messages) of DIR_OR_PRESET, with
     one-line errors: a preset without weights, not a BERT, no tokenizer."""
-    from tfam.cli.text import load_run_tokenizer, read_config, run_task
+    from tfam.cli.text import load_run_tokenizer, read_config
     from tfam.models import PRESETS
 
     if spec in PRESETS and not Path(spec).is_dir():
@@ -132,7 +132,7 @@ def load_encoder(spec: str) -> tuple[Any, Any, str]:
 
         raise ValueError(
             f"embed needs a BERT (a bidirectional encoder), but {path} holds "
-            f"{describe_run(path, config.family)}, trained for {run_task(path, config)}"
+            f"{describe_run(path, config.family)}"
         )
     tokenizer = load_run_tokenizer(path, "embed (sentences to token ids)")
     import tfam

@@ -432,9 +432,11 @@ def run_text(args: argparse.Namespace) -> int:
 
 
 def _plural(task: str) -> str:
-    return {"token-classification": "sentences", "sequence-classification": "sentences"}.get(
-        task, "examples"
-    )
+    return {
+        "token-classification": "sentences",
+        "sequence-classification": "sentences",
+        "causal-lm": "windows",
+    }.get(task, "examples")
 
 
 def _metric_lines(

@@ -204,19 +204,16 @@ class GPTRun:
 def load_gpt(dir_arg: str, device: Any, need_tokenizer: bool) -> GPTRun:
     """The model and tokenizer of a GPT run directory, with one-line errors: not a model
     directory, not a decoder-only model (says what the run is), no tokenizer.json."""
-    from tfam.cli.text import load_run_tokenizer, read_config, run_task
+    from tfam.cli.text import load_run_tokenizer, read_config
     from tfam.cli.translate import describe_run
 
     source = resolve_model(dir_arg, what="DIR", kinds=("dir",))
     run_dir = Path(dir_arg)
     config = read_config(run_dir)
     if config.family != "gpt":
-        task = run_task(run_dir, config)
-        what = describe_run(run_dir, source.family)
         raise ValueError(
             f"generate needs a decoder-only language model (a GPT run, e.g. `tfam train gpt "
-            f"--data kjv`), but {run_dir} holds {what}"
-            + (f", trained for {task}" if task.task or task.data else "")
+            f"--data kjv`), but {run_dir} holds {describe_run(run_dir, source.family)}"
         )
     tokenizer = None
     if need_tokenizer or (run_dir / "tokenizer.json").is_file():

@@ -183,7 +183,7 @@ def predict_text(args: argparse.Namespace) -> int:
         raise ValueError(
             f"predict on text needs a BERT classification run (e.g. `tfam train bert --task "
             f"sentiment` or `--task pos`), but {run_dir} holds "
-            f"{describe_run(run_dir, config.family)} trained for {trained}{hint}"
+            f"{describe_run(run_dir, config.family)}{hint}"
         )
     labels = load_labels(run_dir, "predict")
     classes = list(labels["classes"])

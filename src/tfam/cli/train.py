@@ -405,6 +405,23 @@ def save_tokenizer(out: Path, tokenizer: Any) -> Path:
     return atomic_write_bytes(path, data)
 
 
+# What one item of a text dataset is, when it is not the task's unit (a tagger's loss counts
+# tokens, but its dataset holds sentences).
+_ITEM_NOUNS = {
+    "sequence-classification": "sentences",
+    "token-classification": "sentences",
+    "masked-lm": "sentences",
+}
+
+
+def _items(entry: Any, dataset: Any, task: Any) -> str:
+    """The noun after the split sizes of the summary line."""
+    if entry.task == "causal-lm":
+        context = getattr(dataset, "context", None)
+        return f"windows of {context} {task.unit}" if context else "windows"
+    return _ITEM_NOUNS.get(entry.task, task.unit)
+
+
 def _init_notes(init: str, entry: Any) -> list[str]:
     """What --init DIR was trained for when it differs from this run's task or dataset: its
     encoder is reused, its head is not (the trainer's own lines list the tensors)."""
@@ -555,7 +572,7 @@ def run(args: argparse.Namespace) -> int:
         )
         budget = f" (at most {config.max_minutes:g} min)" if config.max_minutes else ""
         print(
-            f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {task.unit}, "
+            f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {_items(entry, train_set, task)}, "
             f"{config.epochs} epochs{budget} of {batch}, lr {config.lr:g} ({config.schedule}), "
             f"{torch.get_num_threads()} threads -> {out}",
             flush=True,
