@@ -38,6 +38,7 @@ from tfam.training.optim import (
     split_decay,
     warmup_cosine_factor,
 )
+from tfam.training.refit import JoinedSplits, RefitPlan, join_splits
 from tfam.training.runlock import RunLock, RunLockedError
 from tfam.training.tasks import (
     TASKS,
@@ -70,9 +71,11 @@ __all__ = [
     "CurvesCallback",
     "DistInfo",
     "ImageClassification",
+    "JoinedSplits",
     "MaskedLM",
     "MetricsLogger",
     "NonFiniteLossError",
+    "RefitPlan",
     "RunLock",
     "RunLockedError",
     "Seq2Seq",
@@ -89,6 +92,7 @@ __all__ = [
     "build_scheduler",
     "dist_info",
     "inverse_sqrt_factor",
+    "join_splits",
     "launch",
     "launch_command",
     "load_init_weights",

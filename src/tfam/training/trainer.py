@@ -17,6 +17,11 @@ stopping (``patience``) use it, and the test split is evaluated once, at the end
 ``val_set`` the per-epoch evaluation runs on ``test_set`` (as before validation splits
 existed); the "best" it reports is then chosen on the test split and is optimistic.
 
+Refit. With ``refit=True`` (and a ``val_set``) the run above is the *selection* run; then a
+fresh model (the same initial weights, a fresh optimiser and schedule, the random streams
+seeded anew) trains on fit + val for as many epochs as the selection run made, and the test
+split is evaluated once, on it; it is the saved model (:mod:`tfam.training.refit`).
+
 What "exact" means here. Every random draw of a run comes from state that the checkpoint
 holds: the data order of an epoch is ``torch.randperm`` with the trainer's data generator, the
 augmentation draws from the trainer's augmentation generator, dropout and drop-path from the
@@ -97,6 +102,7 @@ from tfam.training.devices import (
 from tfam.training.errors import CheckpointSaveError, NonFiniteLossError
 from tfam.training.metrics import MetricsLogger
 from tfam.training.optim import SCHEDULES, WarmupCosine, build_optimizer, build_scheduler
+from tfam.training.refit import RefitPlan, join_splits, refit_steps
 from tfam.training.runlock import RunLock
 from tfam.training.tasks import Batch, ImageClassification, Task, split_batch
 
@@ -140,6 +146,7 @@ _RESUME_FIELDS = (
     "accum_steps",
     "precision",
     "seed",
+    "refit",
 )
 
 
@@ -207,13 +214,17 @@ class TrainConfig:
     )
     eval_batch_size: int = field(default=1000, metadata=_help("examples per evaluation batch"))
     max_steps: int | None = field(
-        default=None, metadata=_help("stop after N optimiser steps in all (smoke runs)")
+        default=None,
+        metadata=_help(
+            "stop after N optimiser steps in all (smoke runs); with refit, of the selection run"
+        ),
     )
     max_minutes: float | None = field(
         default=None,
         metadata=_help(
             "stop at the first step after N minutes of training in all (over resumes), then "
-            "finish as usual: final evaluation and saved model"
+            "finish as usual: final evaluation and saved model (with refit: N minutes of "
+            "selection, then the refit trains as many epochs)"
         ),
     )
     quiet: bool = field(default=False, metadata=_help("no per-epoch lines and no progress bar"))
@@ -251,6 +262,13 @@ class TrainConfig:
     patience: int | None = field(
         default=None,
         metadata=_help("stop after N epochs without a better validation score (needs a val split)"),
+    )
+    refit: bool = field(
+        default=False,
+        metadata=_help(
+            "after training with validation, train a fresh model on train + validation for the "
+            "same number of epochs and report its test score; the saved model is the refit one"
+        ),
     )
     init: str | None = field(
         default=None,
@@ -342,6 +360,8 @@ class TrainConfig:
             raise ValueError(
                 f"init={self.init!r} is invalid: expected a run directory or a model preset name"
             )
+        if not isinstance(self.refit, bool):
+            raise ValueError(f"refit={self.refit!r} is invalid: expected True or False")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -360,6 +380,11 @@ class TrainResult:
     ``best_test_acc`` is NaN (the test split is evaluated once, at the end).
     ``test_metrics`` / ``val_metrics``: every metric of the task, final values.
     ``already_finished``: a resume found the run finished and did nothing.
+
+    With refit: the test values are the refit model's; ``best_*``, ``val_metrics``,
+    ``epochs_completed`` and ``stopped_early`` describe the selection run; ``steps`` and
+    ``seconds`` the whole run; ``refit`` holds the refit's ``epochs``, ``steps`` and
+    ``examples`` (empty without refit).
     """
 
     final_test_acc: float
@@ -378,6 +403,7 @@ class TrainResult:
     test_metrics: dict[str, float] = field(default_factory=dict)
     val_metrics: dict[str, float] = field(default_factory=dict)
     already_finished: bool = False
+    refit: dict[str, Any] = field(default_factory=dict)
 
 
 def preprocess_info(dataset: Any) -> dict[str, Any] | None:
@@ -402,13 +428,15 @@ RESULTS_NAME = "results.json"  # a finished run's final scores, for scripts and 
 
 
 def _results_record(r: TrainResult) -> dict[str, Any]:
-    """What ``results.json`` holds: the final test and validation metrics and the run's extent
-    (NaN, which JSON cannot hold, becomes null)."""
+    """What ``results.json`` holds: the final test and validation metrics, the validation
+    metrics of the best epoch (``best_val``, with a validation split), the run's extent, and
+    with refit the refit's extent (``refit``: epochs, steps, examples; ``test`` is then the
+    refit model's score). NaN, which JSON cannot hold, becomes null."""
 
     def clean(metrics: dict[str, float]) -> dict[str, float | None]:
         return {k: (None if math.isnan(v) else v) for k, v in metrics.items()}
 
-    return {
+    record: dict[str, Any] = {
         "test": clean(r.test_metrics),
         "val": clean(r.val_metrics),
         "best_epoch": r.best_epoch,
@@ -417,6 +445,14 @@ def _results_record(r: TrainResult) -> dict[str, Any]:
         "seconds": r.seconds,
         "stopped_early": r.stopped_early,
     }
+    best = [row for row in r.history if row.get("phase", 1) == 1 and row["epoch"] == r.best_epoch]
+    if r.val_metrics and best:
+        record["best_val"] = clean(
+            {k[len("val_") :]: float(v) for k, v in best[0].items() if k.startswith("val_")}
+        )
+    if r.refit:
+        record["refit"] = dict(r.refit)
+    return record
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -578,9 +614,15 @@ class Trainer:
                 f"patience={config.patience} is invalid without a validation split: early "
                 "stopping on the test split would make the test result optimistic; pass val_set"
             )
+        if config.refit and val_set is None:
+            raise ValueError(
+                "refit=True is invalid without a validation split: the refit trains on fit + "
+                "val once validation has chosen the run; pass val_set (or refit=False)"
+            )
         self.task: Task = task if task is not None else ImageClassification()
         self.model = model
         self.train_set = train_set
+        self.selection_set = train_set  # what the selection run trains on (train_set, then)
         self.test_set = test_set
         self.val_set = val_set
         self.augment = augment
@@ -603,37 +645,9 @@ class Trainer:
         if config.compile:
             check_compile_available(self.device)
             self.train_model = torch.compile(self.train_model)
-        # Token batches: every process needs a share of each batch, so at least one example
-        # per process (see tfam.training.batching).
-        self.lengths: Tensor | None = None
-        if config.batch_tokens is not None:
-            self.lengths = dataset_lengths(train_set, config.batch_tokens, self.dist.world_size)
-            self.steps_per_epoch = count_token_batches(
-                self.lengths, config.batch_tokens, self.dist.world_size
-            )
-        else:
-            self.steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
-        self.total_steps = config.epochs * self.steps_per_epoch
-        self.warmup_steps = (
-            config.warmup_steps
-            if config.warmup_steps is not None
-            else round(config.warmup_epochs * self.steps_per_epoch)
-        )
-        self.optimizer = build_optimizer(
-            model, config.lr, config.weight_decay, betas=config.betas, eps=config.eps
-        )
-        self.scheduler = build_scheduler(
-            self.optimizer, self.warmup_steps, self.total_steps, config.min_lr, config.schedule
-        )
-        self.scaler = grad_scaler(self.device, config.precision)
-        rank = self.dist.rank
-        # Two generators, so the data order does not depend on whether augmentation draws.
-        # The data order is the same on every rank; augmentation and dropout differ per rank
-        # (rank 0 keeps the single-process seeds).
-        self.data_generator = torch.Generator().manual_seed(config.seed)
-        self.augment_generator = torch.Generator().manual_seed(
-            config.seed + 1_000_003 + 7_919 * rank
-        )
+        # The weights before any step: a refit starts again from them.
+        self._initial_weights = self._model_weights() if config.refit else None
+        self._plan(train_set)
         self.show_progress = self.dist.is_main and (
             config.progress
             if config.progress is not None
@@ -653,12 +667,52 @@ class Trainer:
         self.sums = self._zero_sums()
         self.history: list[dict[str, Any]] = []
         self.stopped_early = False
+        self.phase = 1  # 1: training (the selection run, with refit); 2: the refit
+        self.refit_plan: RefitPlan | None = None  # set when the refit begins
         self._elapsed_base = 0.0
         self._t0 = time.perf_counter()
         self._stop_requested = False
         self._logger: MetricsLogger | None = None
         self._kill_at: int | None = None
         self._lock: RunLock | None = None
+
+    def _plan(self, train_set: Any) -> None:
+        """Set up training on ``train_set``: its steps per epoch, the schedule's length, a
+        fresh optimiser, scheduler and gradient scaler, and the data and augmentation
+        generators seeded from the run's seed (the state of a run before its first step)."""
+        config = self.config
+        self.train_set = train_set
+        # Token batches: every process needs a share of each batch, so at least one example
+        # per process (see tfam.training.batching).
+        self.lengths: Tensor | None = None
+        if config.batch_tokens is not None:
+            self.lengths = dataset_lengths(train_set, config.batch_tokens, self.dist.world_size)
+            self.steps_per_epoch = count_token_batches(
+                self.lengths, config.batch_tokens, self.dist.world_size
+            )
+        else:
+            self.steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
+        self.total_steps = config.epochs * self.steps_per_epoch
+        self.warmup_steps = (
+            config.warmup_steps
+            if config.warmup_steps is not None
+            else round(config.warmup_epochs * self.steps_per_epoch)
+        )
+        self.optimizer = build_optimizer(
+            self.model, config.lr, config.weight_decay, betas=config.betas, eps=config.eps
+        )
+        self.scheduler = build_scheduler(
+            self.optimizer, self.warmup_steps, self.total_steps, config.min_lr, config.schedule
+        )
+        self.scaler = grad_scaler(self.device, config.precision)
+        rank = self.dist.rank
+        # Two generators, so the data order does not depend on whether augmentation draws.
+        # The data order is the same on every rank; augmentation and dropout differ per rank
+        # (rank 0 keeps the single-process seeds).
+        self.data_generator = torch.Generator().manual_seed(config.seed)
+        self.augment_generator = torch.Generator().manual_seed(
+            config.seed + 1_000_003 + 7_919 * rank
+        )
 
     # -- names --------------------------------------------------------------------------------
     @property
@@ -682,6 +736,7 @@ class Trainer:
             "lr",
             "seconds",
             f"{self.task.unit}_per_s",
+            *(("phase",) if self.config.refit else ()),
         )
 
     @property
@@ -922,6 +977,36 @@ class Trainer:
             return get_state_dict(self.model, self.optimizer, options=options)
         return self.model.state_dict(), self.optimizer.state_dict()
 
+    def _model_weights(self) -> dict[str, Tensor]:
+        """A CPU copy of the model's whole weights, the same on every process (a collective
+        under FSDP)."""
+        if self.config.fsdp and self.dist.enabled:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            weights = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True)
+            )
+        else:
+            weights = self.model.state_dict()
+        return {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+
+    def _load_model_weights(self, weights: dict[str, Tensor]) -> None:
+        """Copy whole weights (from :meth:`_model_weights`) into the model, on every process."""
+        if self.config.fsdp and self.dist.enabled:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+            )
+
+            set_model_state_dict(
+                self.model, weights, options=StateDictOptions(full_state_dict=True)
+            )
+        else:
+            self.model.load_state_dict(weights)
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: tensors and plain Python values only.
         Distributed: a collective (every rank must call it); rank 0's copy is complete."""
@@ -949,6 +1034,10 @@ class Trainer:
             "history": [dict(r) for r in self.history],
             "elapsed": self.elapsed(),
             "stopped_early": self.stopped_early,
+            # Refit: the phase, the refit's plan (phase 2), the initial weights (phase 1).
+            "phase": self.phase,
+            "refit": self.refit_plan.to_dict() if self.refit_plan is not None else None,
+            "refit_init": self._initial_weights if self.phase == 1 else None,
             "config": self.config.to_dict(),
             "model_config": model_config.to_dict() if hasattr(model_config, "to_dict") else None,
         }
@@ -961,6 +1050,7 @@ class Trainer:
         saved_cfg.setdefault("warmup_steps", None)
         saved_cfg.setdefault("schedule", "cosine")
         saved_cfg.setdefault("batch_tokens", None)
+        saved_cfg.setdefault("refit", False)
         mine = self.config.to_dict()
         for name in _RESUME_FIELDS:
             a, b = saved_cfg.get(name), mine[name]
@@ -982,6 +1072,11 @@ class Trainer:
                     f"cannot resume from {source}: its model has {k}={saved.get(k)!r}, this "
                     f"model has {k}={now.get(k)!r} (differing fields: {', '.join(diff)})"
                 )
+        saved_epochs = int(saved_cfg.get("epochs", self.config.epochs))
+        if int(state.get("phase", 1)) == 2:
+            self._resume_refit(RefitPlan.from_dict(state["refit"]), saved_epochs, source)
+        elif state.get("refit_init") is not None:
+            self._initial_weights = state["refit_init"]
         if self.config.fsdp and self.dist.enabled:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
@@ -1031,7 +1126,6 @@ class Trainer:
         self.stopped_early = bool(state.get("stopped_early", False))
         self._elapsed_base = float(state["elapsed"])
         self._t0 = time.perf_counter()
-        saved_epochs = int(saved_cfg.get("epochs", self.config.epochs))
         if saved_epochs != self.config.epochs:
             self._replan(saved_epochs)
 
@@ -1133,9 +1227,16 @@ class Trainer:
             previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
         stopped = False
         try:
-            while self.epoch < cfg.epochs and not self.stopped_early:
-                self._train_epoch()
-                self._end_epoch()
+            try:
+                while self.phase == 1 and self.epoch < cfg.epochs and not self.stopped_early:
+                    self._train_epoch()
+                    self._end_epoch()
+            except _Stop:
+                if self._stop_requested or not cfg.refit:
+                    raise
+                self._say_limit()  # max_steps or max_minutes ended the selection run
+            if cfg.refit:
+                self._refit()
         except _Stop:
             stopped = True
         finally:
@@ -1147,9 +1248,10 @@ class Trainer:
             path = self.save()
             where = f" to {path}" if path else ""
             hint = self.resume_hint or "Trainer(...).fit(resume=True) with the same out_dir"
+            what = "refit epoch" if self.phase == 2 else "epoch"
             if self.dist.is_main:
                 print(
-                    f"\ninterrupted at epoch {self.epoch + 1}, step {self.global_step}: "
+                    f"\ninterrupted at {what} {self.epoch + 1}, step {self.global_step}: "
                     f"checkpoint saved{where}.\nresume with: {hint}",
                     file=sys.stderr,
                     flush=True,
@@ -1157,13 +1259,118 @@ class Trainer:
             raise KeyboardInterrupt
         if stopped:  # max_steps or max_minutes
             self.save()
-            if self._time_up:
-                self._say(
-                    f"stopped after max_minutes={cfg.max_minutes:g} at step {self.global_step}"
-                )
-            else:
-                self._say(f"stopped after max_steps={cfg.max_steps} optimiser steps")
+            self._say_limit()
         return self._finish(stopped_early=stopped or self.stopped_early)
+
+    def _say_limit(self) -> None:
+        if self._time_up:
+            self._say(
+                f"stopped after max_minutes={self.config.max_minutes:g} at step {self.global_step}"
+            )
+        else:
+            self._say(f"stopped after max_steps={self.config.max_steps} optimiser steps")
+
+    # -- refit (see tfam.training.refit) ------------------------------------------------------
+    def _refit_left(self) -> int:
+        """Optimiser steps the refit has still to take (0 before it is planned)."""
+        plan = self.refit_plan
+        return 0 if plan is None else plan.steps - (self.global_step - plan.selection_steps)
+
+    def _epoch_stop(self) -> int:
+        """The step of the current epoch at which its training stops: the epoch's end, or the
+        refit's last step when that comes first."""
+        if self.phase == 2:
+            return min(self.steps_per_epoch, self.batch_in_epoch + self._refit_left())
+        return self.steps_per_epoch
+
+    def _run_finished(self) -> bool:
+        """Whether a resumed run has nothing left to do."""
+        cfg = self.config
+        if cfg.refit:
+            return self.phase == 2 and self._refit_left() <= 0
+        return self.stopped_early or (self.epoch >= cfg.epochs and self.batch_in_epoch == 0)
+
+    def _refit(self) -> None:
+        """The refit phase, begun after the selection run or resumed, trained to its end."""
+        if self.phase == 1:
+            self._begin_refit()
+        while self._refit_left() > 0:
+            self._train_epoch()
+            if self.batch_in_epoch == self.steps_per_epoch:
+                self._end_epoch()
+        every = self.config.save_every
+        if self.batch_in_epoch and not (every and self.global_step % every == 0):
+            self.save()  # it ended mid-epoch: the checkpoint that says the run is finished
+
+    def _begin_refit(self) -> None:
+        """End the selection run and set up the refit: train on fit + val, from the initial
+        weights, with a fresh optimiser and schedule and every random stream seeded as at the
+        start of a run. Ends with a checkpoint: a kill from here on resumes in the refit."""
+        cfg = self.config
+        assert self.val_set is not None and self._initial_weights is not None
+        if self.batch_in_epoch == 0 and self.history:
+            selection_val = self._final_row_metrics()
+        else:  # the selection run was cut mid-epoch: score the weights it ended with
+            result = self.evaluate_metrics()
+            if result is None:
+                raise _Stop  # Ctrl-C while evaluating: the resumed run evaluates again
+            selection_val = result
+        joined = join_splits(self.selection_set, self.val_set)
+        selection_steps_per_epoch = self.steps_per_epoch
+        self._plan(joined)
+        self.refit_plan = plan = RefitPlan(
+            selection_epochs=self.epoch,
+            selection_steps_into_epoch=self.batch_in_epoch,
+            selection_steps=self.global_step,
+            selection_stopped=self.stopped_early or self.epoch < cfg.epochs,
+            examples=len(joined),
+            steps_per_epoch=self.steps_per_epoch,
+            steps=refit_steps(
+                self.epoch, self.batch_in_epoch, selection_steps_per_epoch, self.steps_per_epoch
+            ),
+            selection_val=dict(selection_val),
+        )
+        self._load_model_weights(self._initial_weights)
+        self._initial_weights = None
+        self.phase = 2
+        self.epoch = self.batch_in_epoch = 0
+        self.permutation = self.batch_offsets = None
+        self.sums = self._zero_sums()
+        self._seed_streams()
+        unit = "images" if self.task.unit == "images" else "examples"
+        best = self._best_row()
+        chosen = ""
+        if best is not None:
+            chosen = (
+                f" (the selection run's best val {self.task.primary_metric} "
+                f"{self._fmt_metric(self._score(best))} was at epoch {best['epoch']})"
+            )
+        self._say(
+            f"refit: training a fresh model on fit + val ({plan.examples} {unit}) for "
+            f"{plan.epochs_text} epochs ({plan.steps} steps), from the initial weights{chosen}"
+        )
+        self.save()
+
+    def _resume_refit(self, plan: RefitPlan, saved_epochs: int, source: str) -> None:
+        """Set up the refit a checkpoint is in (before its optimiser state is loaded)."""
+        if saved_epochs != self.config.epochs:
+            raise ValueError(
+                f"cannot resume from {source} with epochs={self.config.epochs}: it is in its "
+                f"refit, whose length the selection run (epochs={saved_epochs}) has set; resume "
+                f"with epochs={saved_epochs}, or start a new run"
+            )
+        assert self.val_set is not None
+        joined = join_splits(self.selection_set, self.val_set)
+        if len(joined) != plan.examples:
+            raise ValueError(
+                f"cannot resume from {source}: its refit trains on {plan.examples} examples of "
+                f"fit + val, the splits given have {len(joined)}"
+            )
+        self._plan(joined)
+        self.phase, self.refit_plan, self._initial_weights = 2, plan, None
+
+    def _fmt_metric(self, v: float) -> str:
+        return f"{100 * v:.2f}%" if self.task.primary_metric == "acc" else f"{v:.4f}"
 
     def _prepare_out_dir(self) -> None:
         assert self.out_dir is not None
@@ -1212,10 +1419,13 @@ class Trainer:
         path = D.broadcast_object(path, self.dist)
         if path is not None:
             self.load_state_dict(state or read_checkpoint(path), source=str(path))
-            if self.stopped_early or (self.epoch >= cfg.epochs and self.batch_in_epoch == 0):
+            if self._run_finished():
                 return False
+            where = f"epoch {self.epoch + 1}/{cfg.epochs}"
+            if self.phase == 2 and self.refit_plan is not None:
+                where = f"refit epoch {self.epoch + 1}/{self.refit_plan.epochs_text}"
             self._say(
-                f"resumed from {path}: epoch {self.epoch + 1}/{cfg.epochs}, step "
+                f"resumed from {path}: {where}, step "
                 f"{self.batch_in_epoch}/{self.steps_per_epoch} of the epoch, "
                 f"{self.global_step} optimiser steps done"
             )
@@ -1224,17 +1434,30 @@ class Trainer:
             self._say(f"no checkpoint in {ckpt_dir}; starting a new run")
         for line in self._init_lines:
             self._say(line, always=True)
-        # A fresh run: seed every RNG the run may touch (dropout, drop-path, user code); each
-        # process has its own stream, rank 0 the single-process one.
-        seed = cfg.seed + 104_729 * self.dist.rank
-        torch.manual_seed(seed)
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
+        self._seed_streams()
         self._t0 = time.perf_counter()
         return True
 
+    def _seed_streams(self) -> None:
+        """Seed every RNG a fresh run may touch (dropout, drop-path, user code); each process
+        has its own stream, rank 0 the single-process one."""
+        seed = self.config.seed + 104_729 * self.dist.rank
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+
     def _finished_result(self) -> TrainResult:
         cfg = self.config
+        plan = self.refit_plan
+        if plan is not None:
+            self._say(
+                f"the run in {self.out_dir} is already finished: after a selection run of "
+                f"{plan.selection_epochs} epochs, its refit trained on fit + val for "
+                f"{plan.epochs_text} epochs; nothing to do. To train longer, start a new run "
+                "with a larger epochs (a refit run cannot be extended)",
+                always=True,
+            )
+            return self._result({}, {}, plan.selection_stopped, already_finished=True)
         how = (
             f"it stopped early at epoch {self.epoch} (no better {self.eval_split} "
             f"{self.task.primary_metric} for {cfg.patience} epochs)"
@@ -1268,6 +1491,8 @@ class Trainer:
         if requested:
             self._stop_requested = True
             raise _Stop
+        if self.phase == 2:
+            return  # the refit's length is its plan's; max_steps and max_minutes bound selection
         if self.config.max_steps is not None and self.global_step >= self.config.max_steps:
             raise _Stop
         if self._time_up:
@@ -1303,17 +1528,21 @@ class Trainer:
                 self.permutation = torch.randperm(n, generator=self.data_generator)
             self.batch_in_epoch = 0
             self.sums = self._zero_sums()
+        desc = f"epoch {self.epoch + 1}/{cfg.epochs}"
+        if self.phase == 2 and self.refit_plan is not None:
+            desc = f"refit epoch {self.epoch + 1}/{self.refit_plan.epochs_text}"
+        stop = self._epoch_stop()
         bar = tqdm(
             total=self.steps_per_epoch,
             initial=self.batch_in_epoch,
-            desc=f"epoch {self.epoch + 1}/{cfg.epochs}",
+            desc=desc,
             disable=not self.show_progress,
             leave=False,
             dynamic_ncols=True,
         )
         batches = self._epoch_batches()
         try:
-            while self.batch_in_epoch < self.steps_per_epoch:
+            while self.batch_in_epoch < stop:
                 self._check_stop()
                 t = time.perf_counter()
                 batch = next(batches)
@@ -1349,14 +1578,17 @@ class Trainer:
 
     def _end_epoch(self) -> None:
         cfg = self.config
-        result = self.evaluate_metrics()
+        # The refit has no held-out data left to evaluate on.
+        result = self.evaluate_metrics() if self.phase == 1 else None
         if self._stop_requested and not self.dist.enabled:
             raise _Stop  # evaluation was cut short; the resumed run evaluates again
         split = self.eval_split
         own = {k: v for k, v in self.sums.items() if k != "train_seconds"}
         s = D.all_reduce_sums(own, self.dist, self._reduce_device)
         train = self.task.reduce(s)
-        row: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step}
+        # Refit rows continue the epoch numbers after the selection run's (column "phase": 2).
+        offset = self.refit_plan.selection_epochs if self.refit_plan is not None else 0
+        row: dict[str, Any] = {"epoch": offset + self.epoch + 1, "step": self.global_step}
         for k in self.task.metrics:
             row[f"train_{k}"] = train.get(k, math.nan)
         for k in self.task.metrics:
@@ -1364,6 +1596,8 @@ class Trainer:
         row["lr"] = self.optimizer.param_groups[0]["lr"]
         row["seconds"] = self.elapsed()
         row[f"{self.task.unit}_per_s"] = s["seen"] / max(self.sums["train_seconds"], 1e-9)
+        if cfg.refit:
+            row["phase"] = self.phase
         self.history.append(row)
         if self._logger is not None:
             self._logger.log_epoch(row)
@@ -1371,7 +1605,11 @@ class Trainer:
         self.batch_in_epoch = 0
         self.permutation = None
         self.batch_offsets = None
-        if cfg.patience is not None and self._epochs_since_best() >= cfg.patience:
+        if (
+            self.phase == 1
+            and cfg.patience is not None
+            and self._epochs_since_best() >= cfg.patience
+        ):
             self.stopped_early = True
         self.save()
         if self.dist.is_main:
@@ -1387,8 +1625,15 @@ class Trainer:
 
     def _epoch_line(self, row: dict[str, Any]) -> str:
         cfg = self.config
-        parts = [f"epoch {row['epoch']:>{len(str(cfg.epochs))}}/{cfg.epochs} "]
-        for split in ("train", self.eval_split):
+        width = len(str(cfg.epochs))
+        parts = [f"epoch {row['epoch']:>{width}}/{cfg.epochs} "]
+        splits: tuple[str, ...] = ("train", self.eval_split)
+        plan = self.refit_plan
+        if self.phase == 2 and plan is not None:
+            epoch = int(row["epoch"]) - plan.selection_epochs
+            parts = [f"refit epoch {epoch:>{width}}/{plan.epochs_text} "]
+            splits = ("train",)
+        for split in splits:
             text = [split]
             for k in self.task.metrics:
                 v = row[f"{split}_{k}"]
@@ -1446,13 +1691,17 @@ class Trainer:
     _full_weights: dict[str, Tensor] | None = None
 
     def _final_row_metrics(self) -> dict[str, float]:
-        if not self.history:
+        rows = [r for r in self.history if r.get("phase", 1) == 1]  # refit rows have no scores
+        if not rows:
             return {}
-        row = self.history[-1]
+        row = rows[-1]
         return {k: row.get(f"{self.eval_split}_{k}", math.nan) for k in self.task.metrics}
 
     def _finish(self, stopped_early: bool) -> TrainResult:
-        if self.history and self.batch_in_epoch == 0:
+        if self.refit_plan is not None:  # the selection run's scores; test is the refit's
+            per_epoch = dict(self.refit_plan.selection_val)
+            stopped_early = self.refit_plan.selection_stopped
+        elif self.history and self.batch_in_epoch == 0:
             per_epoch = self._final_row_metrics()
         else:  # stopped mid-epoch: evaluate the weights as they are
             per_epoch = self.evaluate_metrics() or {}
@@ -1492,12 +1741,20 @@ class Trainer:
             val = self._final_row_metrics()
         final_test_acc = test.get("acc", math.nan)
         best_test = math.nan if has_val else (best_score if best is not None else final_test_acc)
+        plan = self.refit_plan
+        refit: dict[str, Any] = {}
+        if plan is not None:
+            refit = {
+                "epochs": plan.epochs,
+                "steps": self.global_step - plan.selection_steps,
+                "examples": plan.examples,
+            }
         return TrainResult(
             final_test_acc=final_test_acc,
             final_test_loss=test.get("loss", math.nan),
             best_test_acc=best_test,
             best_epoch=int(best["epoch"]) if best is not None else self.epoch,
-            epochs_completed=self.epoch,
+            epochs_completed=plan.selection_epochs if plan is not None else self.epoch,
             steps=self.global_step,
             seconds=self.elapsed(),
             stopped_early=stopped_early,
@@ -1509,6 +1766,7 @@ class Trainer:
             test_metrics=dict(test),
             val_metrics=dict(val),
             already_finished=already_finished,
+            refit=refit,
         )
 
     def _final_line(self, r: TrainResult) -> str:
@@ -1517,15 +1775,28 @@ class Trainer:
         if math.isnan(test) and not r.val_metrics:
             return f"{self.epoch} epochs, {self.global_step} steps in {r.seconds:.1f} s"
 
-        def fmt(v: float) -> str:
-            return f"{100 * v:.2f}%" if metric == "acc" else f"{v:.4f}"
-
+        fmt = self._fmt_metric
         name = "accuracy" if metric == "acc" else metric
         text = f"final test {name} {fmt(test)}" if not math.isnan(test) else "no test split"
         best = self._best_row()
+        plan = self.refit_plan
+        chosen = ""
         if best is not None:
-            text += f" (best {self.eval_split} {fmt(self._score(best))} at epoch {best['epoch']})"
-        text += f"; {self.epoch} epochs, {self.global_step} steps in {r.seconds:.1f} s"
+            chosen = f"best {self.eval_split} {fmt(self._score(best))} at epoch {best['epoch']}"
+        if plan is not None:
+            if not math.isnan(test):
+                text += " of the refit model"
+            unit = "images" if self.task.unit == "images" else "examples"
+            chosen = f"{chosen} of {plan.selection_epochs}" if chosen else "no val score"
+            text += (
+                f" (trained on fit + val, {plan.examples} {unit}, for {plan.epochs_text} epochs; "
+                f"selection run: {chosen})"
+            )
+            epochs = f"{plan.selection_epochs} + {plan.epochs_text} epochs"
+        else:
+            text += f" ({chosen})" if chosen else ""
+            epochs = f"{self.epoch} epochs"
+        text += f"; {epochs}, {self.global_step} steps in {r.seconds:.1f} s"
         if self.out_dir is not None:
             text += f"; model and logs in {self.out_dir}"
         return text
