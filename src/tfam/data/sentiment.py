@@ -190,21 +190,27 @@ def _examples(path: str, size: int, mtime_ns: int) -> tuple[tuple[int, str, int]
 def sentiment_split(
     ids: Sequence[int], labels: Sequence[int], split_seed: int = 0
 ) -> dict[str, list[int]]:
-    """Positions (into ``ids``) of each split, ascending: per label, ids ordered by the SHA-256
-    of ``f"{split_seed}:{id}"``, the first 10% (rounded) test, the next 10% val, the rest train.
-    The same on every machine and library version (no RNG)."""
+    """Positions (into ``ids``) of each split: per label, ids ordered by the SHA-256 of
+    ``f"{split_seed}:{id}"``, the first 10% (rounded) test, the next 10% val, the rest train.
+    Each split is then in hash order, not file order (the file lists one label after the
+    other, so its first sentences would all share a label). The same on every machine and
+    library version (no RNG)."""
     if len(ids) != len(labels):
         raise ValueError(f"ids has {len(ids)} items, labels {len(labels)}: expected equal")
+
+    def key(i: int) -> str:
+        return hashlib.sha256(f"{split_seed}:{ids[i]}".encode()).hexdigest()
+
     out: dict[str, list[int]] = {s: [] for s in TEXT_SPLITS}
     for label in sorted(set(labels)):
         members = [i for i, y in enumerate(labels) if y == label]
-        members.sort(key=lambda i: hashlib.sha256(f"{split_seed}:{ids[i]}".encode()).hexdigest())
+        members.sort(key=key)
         n_test = round(_TEST_FRACTION * len(members))
         n_val = round(_VAL_FRACTION * len(members))
         out["test"] += members[:n_test]
         out["val"] += members[n_test : n_test + n_val]
         out["train"] += members[n_test + n_val :]
-    return {s: sorted(v) for s, v in out.items()}
+    return {s: sorted(v, key=key) for s, v in out.items()}
 
 
 class SentimentDataset:
