@@ -527,3 +527,14 @@ def test_init_minilm_l6_loads_the_packaged_weights_into_a_tagger() -> None:
             assert torch.equal(tensor, theirs[key]), key
     assert "from the pretrained weights of minilm_l6" in lines[0]
     assert "a fresh 'token' head" in lines[1] and "classifier.weight" in lines[1]
+
+
+def test_throughput_units_are_the_task_unit_not_rows():
+    """The trainer's <unit>_per_s reads task.units(batch): real tokens or predicted
+    characters, not rows."""
+    causal = CausalLM(pad_id=0, unit="characters")
+    batch = causal.collate([torch.tensor([5, 6, 7, 8]), torch.tensor([5, 6])])
+    assert causal.units(batch) == 3 + 1  # predicted characters; padding is not one
+    tagger = TokenClassification(pad_id=0)
+    batch = tagger.collate([([1, 2, 3], [0, 1, -100]), ([1, 2], [1, 0])])
+    assert tagger.units(batch) == 5

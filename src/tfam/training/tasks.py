@@ -146,6 +146,12 @@ def _ratio(sums: dict[str, float], key: str) -> float:
     return sums.get(key, 0.0) / n if n else float("nan")
 
 
+def _real_tokens(batch: Batch) -> float:
+    """Real (non-padding) input tokens of a batch: its attention mask's sum, else every id."""
+    mask = batch.get("attention_mask")
+    return float(mask.sum()) if mask is not None else float(batch["input_ids"].numel())
+
+
 class ImageClassification:
     """``model(images (B, C, H, W)) -> logits (B, num_classes)``; batch ``{"images", "labels"}``.
 
@@ -247,6 +253,10 @@ class TokenClassification:
         if not hasattr(dataset, "get_batch"):
             return None
         return dict(dataset.get_batch(indices))
+
+    def units(self, batch: Batch) -> float:
+        """Throughput is counted in real input tokens."""
+        return _real_tokens(batch)
 
     def collate(self, items: Sequence[Any]) -> Batch:
         length = max(len(item[0]) for item in items)
@@ -698,6 +708,10 @@ class CausalLM:
     def count(self, batch: Batch) -> Tensor:
         return (batch["labels"] != IGNORE_INDEX).sum().double()
 
+    def units(self, batch: Batch) -> float:
+        """Throughput is counted in predicted tokens (characters for a character model)."""
+        return float(self.count(batch))
+
     def augment(
         self,
         batch: Batch,
@@ -882,6 +896,10 @@ class MaskedLM:
         )
         self.probability = float(probability)
         self.eval_seed = int(eval_seed)
+
+    def units(self, batch: Batch) -> float:
+        """Throughput is counted in real input tokens (masked or not)."""
+        return _real_tokens(batch)
 
     @classmethod
     def for_dataset(cls, dataset: Any, **options: Any) -> MaskedLM:

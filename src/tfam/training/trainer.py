@@ -1555,7 +1555,7 @@ class Trainer:
                 s = self.sums
                 for k, v in values.items():
                     s[k] = s.get(k, 0.0) + v
-                s["seen"] += float(next(iter(batch.values())).shape[0])
+                s["seen"] += self._units(batch)
                 s["train_seconds"] += time.perf_counter() - t
                 if self.show_progress:
                     bar.update(1)
@@ -1575,6 +1575,14 @@ class Trainer:
             bar.close()
             if hasattr(batches, "close"):
                 batches.close()
+
+    def _units(self, batch: Batch) -> float:
+        """The batch's size in the task's unit, for throughput: ``task.units(batch)`` when the
+        task counts something other than rows (tokens, characters), else the rows."""
+        units = getattr(self.task, "units", None)
+        if units is not None:
+            return float(units(batch))
+        return float(next(iter(batch.values())).shape[0])
 
     def _end_epoch(self) -> None:
         cfg = self.config
