@@ -54,7 +54,7 @@ METRIC_COLUMNS = (
     "seconds",
     "images_per_s",
 )
-_INT_COLUMNS = {"epoch", "step"}
+_INT_COLUMNS = {"epoch", "step", "phase"}
 
 
 def write_metrics_csv(
