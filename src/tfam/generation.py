@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,11 @@ class GenerationMixin(ABC):
     def decode_step(self, state: DecodingState, ids: Tensor) -> Tensor:
         """ids (B, n) -> scores of the next token (B, V)."""
 
+    def decoding_context(self) -> AbstractContextManager[None]:
+        """Entered around the whole of one ``generate`` call (a family may lay its weights out
+        for decoding there); the default does nothing."""
+        return nullcontext()
+
     def _special(self, name: str, given: int | None) -> int | None:
         return given if given is not None else getattr(getattr(self, "config", None), name, None)
 
@@ -172,26 +178,34 @@ class GenerationMixin(ABC):
         was_training = getattr(self, "training", False)
         self.eval()  # type: ignore[attr-defined]
         try:
-            state, start = self.prepare_decoding(
-                input_ids, attention_mask, max_new_tokens, use_cache
-            )
-            if num_beams > 1:
-                return self._beam_search(
-                    state, start, max_new_tokens, num_beams, length_penalty, eos_ids, pad, use_cache
+            with self.decoding_context():
+                state, start = self.prepare_decoding(
+                    input_ids, attention_mask, max_new_tokens, use_cache
                 )
-            return self._sample(
-                state,
-                start,
-                max_new_tokens,
-                do_sample,
-                temperature,
-                top_k,
-                top_p,
-                eos_ids,
-                pad,
-                use_cache,
-                generator,
-            )
+                if num_beams > 1:
+                    return self._beam_search(
+                        state,
+                        start,
+                        max_new_tokens,
+                        num_beams,
+                        length_penalty,
+                        eos_ids,
+                        pad,
+                        use_cache,
+                    )
+                return self._sample(
+                    state,
+                    start,
+                    max_new_tokens,
+                    do_sample,
+                    temperature,
+                    top_k,
+                    top_p,
+                    eos_ids,
+                    pad,
+                    use_cache,
+                    generator,
+                )
         finally:
             self.train(was_training)  # type: ignore[attr-defined]
 
@@ -209,24 +223,35 @@ class GenerationMixin(ABC):
         use_cache: bool,
         generator: torch.Generator | None,
     ) -> Tensor:
-        eos_t = torch.tensor(eos_ids, dtype=seqs.dtype, device=seqs.device)
-        finished = torch.zeros(seqs.shape[0], dtype=torch.bool, device=seqs.device)
+        b, l0 = seqs.shape
+        # The output is allocated once and filled column by column (a growing torch.cat would
+        # copy the whole sequence at every step).
+        out = seqs.new_empty(b, l0 + max_new_tokens)
+        out[:, :l0] = seqs
+        length = l0
+        # Without stop tokens no row can finish: the per-step bookkeeping (and the host sync
+        # of `finished.all()`) is skipped.
+        eos_t = torch.tensor(eos_ids, dtype=seqs.dtype, device=seqs.device) if eos_ids else None
+        finished = torch.zeros(b, dtype=torch.bool, device=seqs.device)
         step_in = seqs
         for _ in range(max_new_tokens):
-            logits = self.decode_step(state, step_in if use_cache else seqs)
+            logits = self.decode_step(state, step_in if use_cache else out[:, :length])
             if do_sample:
                 probs = warp_logits(logits, temperature, top_k, top_p).softmax(dim=-1)
                 token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             else:
                 token = logits.argmax(dim=-1)
-            token = token.masked_fill(finished, pad)
-            seqs = torch.cat([seqs, token[:, None]], dim=1)
-            finished |= torch.isin(token, eos_t)
+            if eos_t is not None:
+                token = token.masked_fill(finished, pad)
+            out[:, length] = token
+            length += 1
             state.grow()
-            if bool(finished.all()):
-                break
-            step_in = token[:, None]
-        return seqs
+            if eos_t is not None:
+                finished |= torch.isin(token, eos_t)
+                if bool(finished.all()):
+                    break
+            step_in = out[:, length - 1 : length]
+        return out[:, :length].contiguous()  # a copy only when decoding stopped early
 
     def _beam_search(
         self,
