@@ -260,9 +260,8 @@ class GPT(GenerationMixin, TfamModel):
 
         Decoding multiplies one row per sequence by every matrix: a matrix-vector product,
         bound by reading the weights from memory. On the CPU, torch's BLAS reads a matrix
-        stored (in, out) about twice as fast as nn.Linear's (out, in) for that product (GPT-2
-        small's tied LM head, a quarter of its bytes: 5.8 ms vs 11.4 ms on this project's
-        2-core machine); a GPU's is fast either way. The parameters keep their values, shape
+        stored (in, out) faster than nn.Linear's (out, in) for that product (measured by
+        benchmarks/bench_gpt.py); a GPU's is fast either way. The parameters keep their values, shape
         and names (only their strides change), so the tokens are the same; only the order of
         the float additions inside a product changes. The copies are kept between calls while
         the parameters are unchanged (``keep_decoding_weights``)."""
