@@ -469,20 +469,23 @@ register_dataset(
         loader=lambda split, root=None, seed=0: load_kjv_chars(split),
         recipe=Recipe(
             preset="gpt_char_small",  # context 128 = the dataset's default windows
+            # One pass over the training books in small batches (1,946 steps): more steps beat
+            # bigger batches at this compute. lr chosen on validation loss from 2e-3 and 4e-3
+            # (one epoch each, batch 16); max_minutes caps slower machines at the budget.
             train={
-                "epochs": 5,
-                "max_minutes": 30.0,  # epochs is a ceiling on 2 CPU cores
-                "batch_size": 64,
-                "lr": 2e-3,
+                "epochs": 1,
+                "max_minutes": 5.0,
+                "batch_size": 16,
+                "lr": 4e-3,
                 "min_lr": 1e-4,
                 "weight_decay": 0.1,
                 "betas": (0.9, 0.99),
-                "warmup_steps": 200,
+                "warmup_steps": 100,
                 "label_smoothing": 0.0,
                 "clip_grad": 1.0,
                 "eval_batch_size": 256,
             },
-            note="a small character GPT: lr 2e-3, batch 64 windows of 128, 30 minutes",
+            note="a small character GPT: one epoch of batch 16 windows of 128, lr 4e-3, 5 minutes",
         ),
         splits=TEXT_SPLITS,
         train_split="train",
