@@ -230,48 +230,10 @@ class ImageClassification:
         return model(batch["images"]).float().softmax(dim=-1)
 
 
-class TokenClassification:
-    """``model(input_ids (B, L), attention_mask=(B, L) bool) -> logits (B, L, C)``; batch
-    ``{"input_ids", "attention_mask", "labels" (B, L)}`` with label -100 where nothing is
-    counted (padding, continuation sub-words).
-
-    The loss and the metrics are means over counted tokens of the whole global batch, however
-    the tokens fall into micro-batches and ranks. ``collate`` pads items ``(ids, labels)`` to
-    the longest with ``pad_id`` and label -100.
-    """
-
-    name = "token-classification"
-    metrics = ("loss", "acc")
-    primary_metric = "acc"
-    higher_is_better = True
-    unit = "tokens"
-
-    def __init__(self, pad_id: int = 0) -> None:
-        self.pad_id = int(pad_id)
-
-    def get_batch(self, dataset: Any, indices: Tensor) -> Batch | None:
-        if not hasattr(dataset, "get_batch"):
-            return None
-        return dict(dataset.get_batch(indices))
-
-    def units(self, batch: Batch) -> float:
-        """Throughput is counted in real input tokens."""
-        return _real_tokens(batch)
-
-    def collate(self, items: Sequence[Any]) -> Batch:
-        length = max(len(item[0]) for item in items)
-        ids = torch.full((len(items), length), self.pad_id, dtype=torch.int64)
-        labels = torch.full((len(items), length), IGNORE_INDEX, dtype=torch.int64)
-        for i, (tok, lab) in enumerate(items):
-            ids[i, : len(tok)] = torch.as_tensor(tok)
-            labels[i, : len(lab)] = torch.as_tensor(lab)
-        mask = torch.zeros((len(items), length), dtype=torch.bool)
-        for i, (tok, _) in enumerate(items):
-            mask[i, : len(tok)] = True
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-    def count(self, batch: Batch) -> Tensor:
-        return (batch["labels"] != IGNORE_INDEX).sum().double()
+class _LabeledIds:
+    """What token and sequence classification share: ``model(input_ids, attention_mask=...)``
+    -> logits (B, L, C) or (B, C) against labels (B, L) or (B,); cross-entropy and accuracy
+    summed over labels that are not -100."""
 
     def augment(
         self,
@@ -316,6 +278,50 @@ class TokenClassification:
 
     def predict(self, model: nn.Module, batch: Batch) -> Tensor:
         return self._logits(model, batch).softmax(dim=-1)
+
+
+class TokenClassification(_LabeledIds):
+    """``model(input_ids (B, L), attention_mask=(B, L) bool) -> logits (B, L, C)``; batch
+    ``{"input_ids", "attention_mask", "labels" (B, L)}`` with label -100 where nothing is
+    counted (padding, continuation sub-words).
+
+    The loss and the metrics are means over counted tokens of the whole global batch, however
+    the tokens fall into micro-batches and ranks. ``collate`` pads items ``(ids, labels)`` to
+    the longest with ``pad_id`` and label -100.
+    """
+
+    name = "token-classification"
+    metrics = ("loss", "acc")
+    primary_metric = "acc"
+    higher_is_better = True
+    unit = "tokens"
+
+    def __init__(self, pad_id: int = 0) -> None:
+        self.pad_id = int(pad_id)
+
+    def get_batch(self, dataset: Any, indices: Tensor) -> Batch | None:
+        if not hasattr(dataset, "get_batch"):
+            return None
+        return dict(dataset.get_batch(indices))
+
+    def units(self, batch: Batch) -> float:
+        """Throughput is counted in real input tokens."""
+        return _real_tokens(batch)
+
+    def collate(self, items: Sequence[Any]) -> Batch:
+        length = max(len(item[0]) for item in items)
+        ids = torch.full((len(items), length), self.pad_id, dtype=torch.int64)
+        labels = torch.full((len(items), length), IGNORE_INDEX, dtype=torch.int64)
+        for i, (tok, lab) in enumerate(items):
+            ids[i, : len(tok)] = torch.as_tensor(tok)
+            labels[i, : len(lab)] = torch.as_tensor(lab)
+        mask = torch.zeros((len(items), length), dtype=torch.bool)
+        for i, (tok, _) in enumerate(items):
+            mask[i, : len(tok)] = True
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+    def count(self, batch: Batch) -> Tensor:
+        return (batch["labels"] != IGNORE_INDEX).sum().double()
 
 
 class Seq2Seq:
@@ -569,7 +575,7 @@ def _model_config(model: nn.Module) -> Any:
     return getattr(getattr(model, "module", model), "config", None)
 
 
-class SequenceClassification:
+class SequenceClassification(_LabeledIds):
     """One label per sequence: ``model(input_ids (B, L), attention_mask=(B, L) bool) -> logits
     (B, C)`` (tfam's BERT with ``head="sequence"``).
 
@@ -604,50 +610,6 @@ class SequenceClassification:
 
     def count(self, batch: Batch) -> Tensor:
         return (batch["labels"] != IGNORE_INDEX).sum().double()
-
-    def augment(
-        self,
-        batch: Batch,
-        fn: Callable[..., Tensor] | None,
-        generator: torch.Generator,
-        dataset: Any,
-    ) -> Batch:
-        return batch if fn is None else fn(batch, generator)
-
-    def _logits(self, model: nn.Module, batch: Batch) -> Tensor:
-        return model(batch["input_ids"], attention_mask=batch.get("attention_mask")).float()
-
-    def _sums(self, logits: Tensor, labels: Tensor, loss: Tensor) -> dict[str, Tensor]:
-        counted = labels != IGNORE_INDEX
-        right = (logits.argmax(dim=-1) == labels) & counted
-        return {
-            "loss": loss.detach().double(),
-            "correct": right.sum().double(),
-            "count": counted.sum().double(),
-        }
-
-    def train_loss(
-        self, model: nn.Module, batch: Batch, config: Any
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        labels = batch["labels"]
-        logits = self._logits(model, batch)
-        smoothing = float(getattr(config, "label_smoothing", 0.0))
-        loss, plain = token_cross_entropy(logits, labels, smoothing)
-        with torch.no_grad():
-            sums = self._sums(logits, labels, plain)
-        return loss, sums
-
-    def eval_sums(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
-        labels = batch["labels"]
-        logits = self._logits(model, batch)
-        return self._sums(logits, labels, token_cross_entropy(logits, labels)[1])
-
-    def reduce(self, sums: dict[str, float]) -> dict[str, float]:
-        return {"loss": _ratio(sums, "loss"), "acc": _ratio(sums, "correct")}
-
-    def predict(self, model: nn.Module, batch: Batch) -> Tensor:
-        """Class probabilities (B, C)."""
-        return self._logits(model, batch).softmax(dim=-1)
 
 
 CAUSAL_UNITS = ("tokens", "characters")
