@@ -196,3 +196,22 @@ def test_set_kernel_keeps_weights(rng):
     mha.set_kernel("math")
     assert mha.attention == "math"
     torch.testing.assert_close(mha(x)[0], before, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("used", [(0, 1, 2), (1,), (0, 2)])
+def test_split_heads3_equals_autograd_views(used):
+    """The fused Q|K|V split: the same views forward, the same gradient backward (bit for bit),
+    also when only some of Q, K, V reach the loss (the others' gradients are None)."""
+    from tfam.layers.attention import SplitHeads3
+
+    gen = torch.Generator().manual_seed(0)
+    b, n, heads, dh = 2, 5, 4, 3
+    x = torch.randn(b, n, 3 * heads * dh, generator=gen, dtype=torch.float64, requires_grad=True)
+    ours = SplitHeads3.apply(x, heads)
+    ref = x.view(b, n, 3, heads, dh).permute(2, 0, 3, 1, 4).unbind(0)
+    for a, r in zip(ours, ref):
+        assert a.shape == (b, heads, n, dh) and torch.equal(a, r)
+    weights = [torch.randn(b, heads, n, dh, generator=gen, dtype=torch.float64) for _ in range(3)]
+    (g_ours,) = torch.autograd.grad(sum((ours[i] * weights[i]).sum() for i in used), x)
+    (g_ref,) = torch.autograd.grad(sum((ref[i] * weights[i]).sum() for i in used), x)
+    assert torch.equal(g_ours, g_ref)

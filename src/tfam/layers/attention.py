@@ -24,6 +24,34 @@ class QKTransform(Protocol):
     ) -> tuple[Tensor, Tensor]: ...
 
 
+class SplitHeads3(torch.autograd.Function):
+    """(B, L, 3D) fused Q|K|V projection -> Q, K, V (B, H, L, Dh), views of the input.
+
+    The same views as ``view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4).unbind(0)``, with a
+    backward that writes the three gradients straight into one (B, L, 3, H, Dh) buffer: one
+    copy, where autograd's unbind + permute + view backward stacks them and then copies the
+    stack again to make it contiguous."""
+
+    @staticmethod
+    def forward(ctx: Any, qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:  # noqa: D102
+        b, n, d3 = qkv.shape
+        ctx.shape = (b, n, 3, heads, d3 // (3 * heads))
+        q, k, v = qkv.view(ctx.shape).permute(2, 0, 3, 1, 4).unbind(0)
+        return q, k, v
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor, None]:  # noqa: D102
+        b, n = ctx.shape[:2]
+        ref = next(g for g in grads if g is not None)
+        out = ref.new_empty(ctx.shape)
+        for i, g in enumerate(grads):
+            if g is None:
+                out[:, :, i].zero_()
+            else:
+                out[:, :, i].copy_(g.transpose(1, 2))
+        return out.view(b, n, -1), None
+
+
 class MultiHeadAttention(nn.Module):
     """MHSA(X) = Concat(head_1, ..., head_H) W_O, head_h = softmax(Q_h K_h^T / sqrt(Dh)) V_h.
 
@@ -98,11 +126,7 @@ class MultiHeadAttention(nn.Module):
         """Q, K, V, each (B, H, L, Dh)."""
         if context is None:
             if self.fused_qkv:
-                b, n, _ = x.shape
-                qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-                # unbind, not indexing: its backward is one stack instead of three
-                # zero-filled full-size buffers summed together.
-                q, k, v = qkv.unbind(0)
+                q, k, v = SplitHeads3.apply(self.qkv(x), self.heads)
                 return q, k, v
             return self._split(self.q_proj(x)), *self.project_kv(x)
         return self.project_q(x), *self.project_kv(context)
@@ -164,4 +188,4 @@ class MultiHeadAttention(nn.Module):
         return self.proj_dropout(self.out_proj(out)), weights
 
 
-__all__ = ["MultiHeadAttention", "QKTransform"]
+__all__ = ["MultiHeadAttention", "QKTransform", "SplitHeads3"]
