@@ -29,9 +29,10 @@ import time
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 import tfam
-from tfam.data import default_augment, get_dataset, load_dataset
+from tfam.data import BatchAugment, default_augment, get_dataset, load_dataset
 from tfam.data.images import ImageDataset
 from tfam.training import TrainConfig, Trainer
 
@@ -46,6 +47,50 @@ def folds_of(labels: torch.Tensor, k: int, seed: int) -> list[torch.Tensor]:
         for i, j in enumerate(idx):
             parts[i % k].append(j)
     return [torch.tensor(sorted(p)) for p in parts]
+
+
+class RotatingAugment(BatchAugment):
+    """Experimental: the catalog's shift, then a random rotation in [-degrees, degrees]
+    (bilinear, black outside), drawn from the trainer's augmentation generator."""
+
+    def __init__(self, base: BatchAugment, degrees: float) -> None:
+        super().__init__(base.padding, base.flip, base.fill)
+        self.degrees = degrees
+
+    @property
+    def is_identity(self) -> bool:
+        return False
+
+    def __call__(self, images, generator=None, fill=None):  # noqa: ANN001, ANN204
+        out = super().__call__(images, generator, fill) if not super().is_identity else images
+        b = out.shape[0]
+        angle = (torch.rand(b, generator=generator) * 2 - 1) * self.degrees * torch.pi / 180
+        cos, sin = angle.cos(), angle.sin()
+        zero = torch.zeros_like(cos)
+        theta = torch.stack([cos, -sin, zero, sin, cos, zero], 1).view(b, 2, 3)
+        grid = F.affine_grid(theta, list(out.shape), align_corners=False)
+        black = torch.as_tensor(self.fill if fill is None else fill).reshape(-1)[0]
+        return F.grid_sample(out - black, grid, align_corners=False) + black
+
+
+class EmaTrainer(Trainer):
+    """Experimental: keeps an exponential moving average of the weights (decay warmed up as
+    min(decay, (1 + n) / (10 + n))) and scores it on the test set at the end."""
+
+    ema_decay = 0.999
+
+    def step(self, batch):  # noqa: ANN001, ANN201
+        values = super().step(batch)
+        if not hasattr(self, "ema"):
+            import copy
+
+            self.ema, self.ema_n = copy.deepcopy(self.model).eval(), 0
+        self.ema_n += 1
+        d = min(self.ema_decay, (1 + self.ema_n) / (10 + self.ema_n))
+        with torch.no_grad():
+            for e, p in zip(self.ema.parameters(), self.model.parameters()):
+                e.lerp_(p, 1 - d)
+        return values
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
@@ -89,10 +134,14 @@ def run_fold(job: tuple[str, dict[str, Any], int, int, int]) -> dict[str, Any]:
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     settings = dict(entry.recipe.train)
     model_values: dict[str, Any] = {}
-    pad = None
+    pad, ema, rotate = None, None, None
     for key, value in overrides.items():
         if key == "pad":
             pad = int(value)
+        elif key == "ema":
+            ema = float(value)
+        elif key == "rotate":
+            rotate = float(value)
         elif key in train_fields:
             settings[key] = value
         else:
@@ -101,16 +150,20 @@ def run_fold(job: tuple[str, dict[str, Any], int, int, int]) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     model = tfam.create_model(entry.recipe.preset, **model_values)
     start = time.perf_counter()
+    augment = default_augment(entry, padding=pad)
+    if rotate:
+        augment = RotatingAugment(augment, rotate)
+    cls = Trainer
+    if ema:
+        cls = type("Ema", (EmaTrainer,), {"ema_decay": ema})
     with tempfile.TemporaryDirectory() as out:
-        result = Trainer(
-            model,
-            fit_set,
-            val_set,
-            config,
-            out_dir=out,
-            augment=default_augment(entry, padding=pad),
-        ).fit()
+        trainer = cls(model, fit_set, val_set, config, out_dir=out, augment=augment)
+        result = trainer.fit()
     acc = float(result.final_test_acc)
+    if ema:
+        x, y = val_set.get_batch(torch.arange(len(val_set)))
+        with torch.no_grad():
+            acc = float((trainer.ema(x).argmax(1) == y).float().mean())
     return {
         "variant": name,
         "overrides": overrides,
