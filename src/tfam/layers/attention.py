@@ -24,20 +24,25 @@ class QKTransform(Protocol):
     ) -> tuple[Tensor, Tensor]: ...
 
 
+def qkv_views(qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(B, L, 3D) fused Q|K|V projection -> Q, K, V (B, H, L, Dh), views of it."""
+    b, n, d3 = qkv.shape
+    q, k, v = qkv.view(b, n, 3, heads, d3 // (3 * heads)).permute(2, 0, 3, 1, 4).unbind(0)
+    return q, k, v
+
+
 class SplitHeads3(torch.autograd.Function):
     """(B, L, 3D) fused Q|K|V projection -> Q, K, V (B, H, L, Dh), views of the input.
 
-    The same views as ``view(B, L, 3, H, Dh).permute(2, 0, 3, 1, 4).unbind(0)``, with a
-    backward that writes the three gradients straight into one (B, L, 3, H, Dh) buffer: one
-    copy, where autograd's unbind + permute + view backward stacks them and then copies the
-    stack again to make it contiguous."""
+    The same views as :func:`qkv_views`, with a backward that writes the three gradients
+    straight into one (B, L, 3, H, Dh) buffer: one copy, where autograd's unbind + permute +
+    view backward stacks them and then copies the stack again to make it contiguous."""
 
     @staticmethod
     def forward(ctx: Any, qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:  # noqa: D102
         b, n, d3 = qkv.shape
         ctx.shape = (b, n, 3, heads, d3 // (3 * heads))
-        q, k, v = qkv.view(ctx.shape).permute(2, 0, 3, 1, 4).unbind(0)
-        return q, k, v
+        return qkv_views(qkv, heads)
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor, None]:  # noqa: D102
@@ -126,7 +131,10 @@ class MultiHeadAttention(nn.Module):
         """Q, K, V, each (B, H, L, Dh)."""
         if context is None:
             if self.fused_qkv:
-                q, k, v = SplitHeads3.apply(self.qkv(x), self.heads)
+                qkv = self.qkv(x)
+                # Without autograd, the same views without a Function's call overhead.
+                split = SplitHeads3.apply if qkv.requires_grad else qkv_views
+                q, k, v = split(qkv, self.heads)
                 return q, k, v
             return self._split(self.q_proj(x)), *self.project_kv(x)
         return self.project_q(x), *self.project_kv(context)
@@ -188,4 +196,4 @@ class MultiHeadAttention(nn.Module):
         return self.proj_dropout(self.out_proj(out)), weights
 
 
-__all__ = ["MultiHeadAttention", "QKTransform", "SplitHeads3"]
+__all__ = ["MultiHeadAttention", "QKTransform", "SplitHeads3", "qkv_views"]
