@@ -2,9 +2,10 @@
 
 Rows: inference at batch 1 and 16, and a training step (forward, backward, AdamW) at batch 16,
 for ViT-S/16 and ViT-B/16 at 224x224. Each row interleaves the two implementations (one call
-of each per round) and reports the median, so machine noise hits both alike. Prints images/s,
-the speed ratio tfam / Hugging Face, and the fraction of this machine's float32 matmul peak,
-measured in the same run.
+of each per round, which one goes first swapped every round) so machine noise hits both alike.
+Prints median images/s, the speed ratio (the median over rounds of Hugging Face's time / tfam's
+time in the same round: > 1 means tfam is faster), and the fraction of this machine's float32
+matmul peak, measured in the same run.
 
 "% peak" divides the model's nominal FLOPs (`tfam.explain`: every block over every token) by the
 time taken, for both libraries. tfam's classifier computes only the [CLS] row in its last block
@@ -42,18 +43,24 @@ def matmul_peak(n: int = 2048, rounds: int = 10) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def interleaved(fns: list[Callable[[], object]], rounds: int, warmup: int = 2) -> list[float]:
-    """Median seconds per call of each fn, calling them in turn every round."""
+def interleaved(
+    fns: list[Callable[[], object]], rounds: int, warmup: int = 2
+) -> tuple[list[float], float]:
+    """Median seconds per call of each of two fns, and the median over rounds of
+    fns[1]'s time / fns[0]'s time in the same round. Both are called every round, in turn, the
+    order swapped every other round, so neither always runs first."""
     for _ in range(warmup):
         for fn in fns:
             fn()
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
+    for r in range(rounds):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
             start = time.perf_counter()
-            fn()
+            fns[i]()
             times[i].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+    ratio = statistics.median(b / a for a, b in zip(times[0], times[1]))
+    return [statistics.median(t) for t in times], ratio
 
 
 def bench_preset(name: str, rounds: int) -> list[dict]:
@@ -66,10 +73,12 @@ def bench_preset(name: str, rounds: int) -> list[dict]:
         x = torch.randn(batch, 3, *model.config.image_size)
         with torch.inference_mode():
             diff = (model(x) - hf(pixel_values=x).logits).abs().max().item()
-            t_tfam, t_hf = interleaved(
+            (t_tfam, t_hf), ratio = interleaved(
                 [lambda x=x: model(x), lambda x=x: hf(pixel_values=x)], rounds
             )
-        rows.append(_row(name, f"inference b{batch}", batch, t_tfam, t_hf, forward_flops, diff))
+        rows.append(
+            _row(name, f"inference b{batch}", batch, t_tfam, t_hf, ratio, forward_flops, diff)
+        )
 
     batch = 16
     x = torch.randn(batch, 3, *model.config.image_size)
@@ -89,9 +98,9 @@ def bench_preset(name: str, rounds: int) -> list[dict]:
         F.cross_entropy(hf(pixel_values=x).logits, y).backward()
         opt_hf.step()
 
-    t_tfam, t_hf = interleaved([step_tfam, step_hf], max(3, rounds // 2), warmup=1)
+    (t_tfam, t_hf), ratio = interleaved([step_tfam, step_hf], rounds, warmup=2)
     # forward + backward ~ 3x the forward FLOPs
-    rows.append(_row(name, "train step b16", batch, t_tfam, t_hf, 3 * forward_flops, None))
+    rows.append(_row(name, "train step b16", batch, t_tfam, t_hf, ratio, 3 * forward_flops, None))
     return rows
 
 
@@ -101,6 +110,7 @@ def _row(
     batch: int,
     t_tfam: float,
     t_hf: float,
+    ratio: float,
     flops_per_image: float,
     diff: float | None,
 ) -> dict:
@@ -109,7 +119,7 @@ def _row(
         "row": what,
         "tfam img/s": batch / t_tfam,
         "HF img/s": batch / t_hf,
-        "ratio": t_hf / t_tfam,
+        "ratio": ratio,
         "tfam GFLOP/s": flops_per_image * batch / t_tfam / 1e9,
         "HF GFLOP/s": flops_per_image * batch / t_hf / 1e9,
         "max |diff|": diff,
