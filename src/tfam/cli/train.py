@@ -104,7 +104,7 @@ EPILOG_HEAD = """examples:
   tfam train vit --data photos/ --preset vit_digits --init runs/digits   fine-tune (new head)
   tfam train vit --data digits --device cuda --precision bf16 --nproc 2    DDP on 2 GPUs
   tfam train vit --data digits --out runs/digits --resume       continue a stopped run exactly
-  tfam train vit --data digits --out runs/digits --resume --epochs 200   extend a finished run
+  tfam train vit --data digits --out runs/digits --resume --epochs 400   extend a finished run
   tfam train bert --task sentiment --init minilm_l6             fine-tune the packaged MiniLM
   tfam train bert --task pos --init minilm_l6 --out runs/pos    a tagger: one tag per word
   tfam train gpt --data kjv --max-minutes 5                     a character-level GPT on the KJV
