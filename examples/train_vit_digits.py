@@ -29,7 +29,7 @@ def main() -> None:
     train = load_dataset("digits", "train")
     test = load_dataset("digits", "test")
 
-    # 2. Model: 2x2 patches -> 16 tokens + [CLS], D = 64, 4 blocks of 4 heads. At this width
+    # 2. Model: 2x2 patches -> 16 tokens + [CLS], D = 64, 6 blocks of 4 heads. At this width
     #    an init std of 0.1 (not ViT's 0.02) trains much faster; drop-path regularises. The
     #    seed fixes the initial weights; the trainer seeds data order, augmentation, dropout.
     torch.set_num_threads(1)  # tiny matmuls: one thread is as fast, and immune to a busy core
