@@ -183,7 +183,8 @@ def test_flops_scale_with_batch_and_shapes_lead_with_it() -> None:
 
 
 def test_first_view_summarises_blocks_2_to_n() -> None:
-    first, every = explain("vit_digits"), explain("vit_digits", blocks="all")
+    # Four blocks, whatever the preset's depth: block 1, then "2..4" summarised.
+    first, every = explain("vit_digits", depth=4), explain("vit_digits", blocks="all", depth=4)
     summary = row(first, "same as block 1 (x 3)", "2..4")
     rest = [r for r in level0(every) if r.block in ("2", "3", "4")]
     assert summary.params == sum(r.params for r in rest)
@@ -199,7 +200,7 @@ def test_first_view_says_when_blocks_differ() -> None:
     from tfam.config import BaseConfig
     from tfam.layers import FeedForward
 
-    model = tfam.create_model("vit_digits")
+    model = tfam.create_model("vit_digits", depth=4)
     model.blocks[2].mlp = FeedForward(
         BaseConfig(dim=64, heads=1, ffn_dim=256, activation="relu")
     )  # same parameters, cheaper activation
