@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 import tfam
+from tfam.cli.common import parse_set
 from tfam.data import BatchAugment, default_augment, get_dataset, load_dataset
 from tfam.data.images import ImageDataset
 from tfam.training import TrainConfig, Trainer
@@ -96,19 +97,15 @@ class EmaTrainer(Trainer):
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME=FIELD=VALUE,...`` -> (NAME, {FIELD: value}); each FIELD=VALUE is read by tfam's
+    one ``--set`` parser."""
     name, _, rest = text.partition("=")
     if not name:
         raise SystemExit(f"--variant {text!r} is invalid: expected NAME=FIELD=VALUE[,...]")
-    values: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--variant {text!r}: {item!r} is not FIELD=VALUE")
-        try:
-            values[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            values[key] = raw
-    return name, values
+    try:
+        return name, dict(parse_set(item) for item in filter(None, rest.split(",")))
+    except ValueError as err:
+        raise SystemExit(f"--variant {text!r}: {err}") from None
 
 
 def run_fold(job: tuple[str, dict[str, Any], int, int, int]) -> dict[str, Any]:
