@@ -27,37 +27,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-from collections.abc import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from timing import interleaved  # noqa: E402
 
 from tfam.interop import from_hf  # noqa: E402
-
-
-def interleaved(
-    fns: list[Callable[[], object]], rounds: int, warmup: int = 1
-) -> tuple[list[float], list[float]]:
-    """Median seconds per call of each fn (called in turn every round), and the median over
-    rounds of fns[1]'s time / fns[0]'s time in the same round."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - start)
-    ratios = [
-        statistics.median(t / first for t, first in zip(times[i], times[0]))
-        for i in range(len(fns))
-    ]
-    return [statistics.median(t) for t in times], ratios
 
 
 def main() -> None:

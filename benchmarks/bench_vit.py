@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
-from collections.abc import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from timing import interleaved  # noqa: E402
 
 import tfam  # noqa: E402
 from tfam.interop import to_hf  # noqa: E402
@@ -43,26 +42,6 @@ def matmul_peak(n: int = 2048, rounds: int = 10) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def interleaved(
-    fns: list[Callable[[], object]], rounds: int, warmup: int = 2
-) -> tuple[list[float], float]:
-    """Median seconds per call of each of two fns, and the median over rounds of
-    fns[1]'s time / fns[0]'s time in the same round. Both are called every round, in turn, the
-    order swapped every other round, so neither always runs first."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for r in range(rounds):
-        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
-        for i in order:
-            start = time.perf_counter()
-            fns[i]()
-            times[i].append(time.perf_counter() - start)
-    ratio = statistics.median(b / a for a, b in zip(times[0], times[1]))
-    return [statistics.median(t) for t in times], ratio
-
-
 def bench_preset(name: str, rounds: int) -> list[dict]:
     torch.manual_seed(0)
     model = tfam.create_model(name).eval()
@@ -73,8 +52,8 @@ def bench_preset(name: str, rounds: int) -> list[dict]:
         x = torch.randn(batch, 3, *model.config.image_size)
         with torch.inference_mode():
             diff = (model(x) - hf(pixel_values=x).logits).abs().max().item()
-            (t_tfam, t_hf), ratio = interleaved(
-                [lambda x=x: model(x), lambda x=x: hf(pixel_values=x)], rounds
+            (t_tfam, t_hf), (_, ratio) = interleaved(
+                [lambda x=x: model(x), lambda x=x: hf(pixel_values=x)], rounds, warmup=2
             )
         rows.append(
             _row(name, f"inference b{batch}", batch, t_tfam, t_hf, ratio, forward_flops, diff)
@@ -98,7 +77,7 @@ def bench_preset(name: str, rounds: int) -> list[dict]:
         F.cross_entropy(hf(pixel_values=x).logits, y).backward()
         opt_hf.step()
 
-    (t_tfam, t_hf), ratio = interleaved([step_tfam, step_hf], rounds, warmup=2)
+    (t_tfam, t_hf), (_, ratio) = interleaved([step_tfam, step_hf], rounds, warmup=2)
     # forward + backward ~ 3x the forward FLOPs
     rows.append(_row(name, "train step b16", batch, t_tfam, t_hf, ratio, 3 * forward_flops, None))
     return rows
