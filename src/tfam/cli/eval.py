@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -100,10 +99,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    # Temp file + rename: a reader never sees half a file.
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    from tfam.training.results import write_json  # torch loads only when a command runs
+
+    write_json(path, data)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,9 +26,11 @@ from tfam.training.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
+from tfam.training.config import TrainConfig
 from tfam.training.devices import available_devices, resolve_device
 from tfam.training.distributed import DistInfo, dist_info, launch, launch_command
 from tfam.training.errors import CheckpointSaveError, NonFiniteLossError, TrainingError
+from tfam.training.init_weights import load_init_weights
 from tfam.training.metrics import METRIC_COLUMNS, MetricsLogger, read_metrics_csv
 from tfam.training.optim import (
     build_optimizer,
@@ -39,6 +41,7 @@ from tfam.training.optim import (
     warmup_cosine_factor,
 )
 from tfam.training.refit import JoinedSplits, RefitPlan, join_splits
+from tfam.training.results import TrainResult, preprocess_info
 from tfam.training.runlock import RunLock, RunLockedError
 from tfam.training.tasks import (
     TASKS,
@@ -52,14 +55,7 @@ from tfam.training.tasks import (
     mask_tokens,
     task_for,
 )
-from tfam.training.trainer import (
-    TrainConfig,
-    Trainer,
-    TrainResult,
-    load_init_weights,
-    preprocess_info,
-    train,
-)
+from tfam.training.trainer import Trainer, train
 
 __all__ = [
     "METRIC_COLUMNS",

@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import random
@@ -74,7 +73,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +83,13 @@ from torch import Tensor, nn
 from tfam.training import distributed as D
 from tfam.training.batching import count_token_batches, dataset_lengths, token_batches
 from tfam.training.checkpoint import (
-    atomic_write_bytes,
     find_checkpoint,
     load_latest,
     read_checkpoint,
     save_checkpoint,
 )
+from tfam.training.config import RESUME_FIELDS, TrainConfig
 from tfam.training.devices import (
-    PRECISIONS,
     autocast,
     check_compile_available,
     grad_scaler,
@@ -100,22 +97,21 @@ from tfam.training.devices import (
     resolve_device,
 )
 from tfam.training.errors import CheckpointSaveError, NonFiniteLossError
+from tfam.training.init_weights import load_init_weights
 from tfam.training.metrics import MetricsLogger
-from tfam.training.optim import SCHEDULES, WarmupCosine, build_optimizer, build_scheduler
+from tfam.training.optim import WarmupCosine, build_optimizer, build_scheduler
 from tfam.training.refit import RefitPlan, join_splits, refit_steps
+from tfam.training.results import (
+    RESULTS_NAME,
+    TrainResult,
+    preprocess_info,
+    results_record,
+    write_json,
+)
 from tfam.training.runlock import RunLock
 from tfam.training.tasks import Batch, ImageClassification, Task, split_batch
 
-__all__ = [
-    "KILL_ENV",
-    "KILL_RANK_ENV",
-    "TrainConfig",
-    "TrainResult",
-    "Trainer",
-    "load_init_weights",
-    "preprocess_info",
-    "train",
-]
+__all__ = ["KILL_ENV", "KILL_RANK_ENV", "Trainer", "train"]
 
 # Test hook: with TFAM_TEST_KILL_AT_STEP=k the process SIGKILLs itself right after optimiser
 # step k (after any checkpoint due at that step), to prove that kill + resume is exact. With
@@ -123,419 +119,8 @@ __all__ = [
 KILL_ENV = "TFAM_TEST_KILL_AT_STEP"
 KILL_RANK_ENV = "TFAM_TEST_KILL_RANK"
 CHECKPOINT_DIR = "checkpoints"
-MAX_SEED = 2**63 - 1
 
 Augment = Callable[..., Tensor]
-
-# Settings that change the arithmetic of a run: resuming with other values would not continue
-# the same run, so it is refused. The others (logging, saving, stopping early, the device) may
-# change; ``epochs`` may change too, which re-plans the schedule (see the module docstring).
-_RESUME_FIELDS = (
-    "batch_size",
-    "lr",
-    "min_lr",
-    "weight_decay",
-    "betas",
-    "eps",
-    "warmup_epochs",
-    "warmup_steps",
-    "schedule",
-    "batch_tokens",
-    "label_smoothing",
-    "clip_grad",
-    "accum_steps",
-    "precision",
-    "seed",
-    "refit",
-)
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
-@dataclass
-class TrainConfig:
-    """Settings of a training run; each field's ``metadata["help"]`` says what it does (the
-    command line builds its options from them). Batches: see the module docstring."""
-
-    epochs: int = field(default=10, metadata=_help("epochs over the training split"))
-    batch_size: int = field(
-        default=128, metadata=_help("examples per optimiser step, over all processes")
-    )
-    lr: float = field(default=1e-3, metadata=_help("peak learning rate, reached after warmup"))
-    min_lr: float = field(
-        default=1e-5,
-        metadata=_help("<= lr: the last step's lr (cosine), the floor of the decay (inverse_sqrt)"),
-    )
-    weight_decay: float = field(default=0.05, metadata=_help("AdamW weight decay (matrices only)"))
-    betas: tuple[float, float] = field(
-        default=(0.9, 0.999), metadata=_help("AdamW betas, two floats in [0, 1)")
-    )
-    eps: float = field(default=1e-8, metadata=_help("AdamW epsilon"))
-    warmup_epochs: float = field(
-        default=1.0, metadata=_help("linear warmup length in epochs (fractions allowed)")
-    )
-    warmup_steps: int | None = field(
-        default=None,
-        metadata=_help("linear warmup length in optimiser steps; wins over warmup_epochs when set"),
-    )
-    schedule: str = field(
-        default="cosine",
-        metadata=_help(
-            "learning-rate decay after warmup: cosine (to min_lr) or inverse_sqrt (the "
-            "Transformer paper's lr * sqrt(warmup / step))"
-        ),
-    )
-    batch_tokens: int | None = field(
-        default=None,
-        metadata=_help(
-            "batches by token count: examples x longest length <= N, bucketed by length (the "
-            "dataset needs lengths); none: batch_size examples"
-        ),
-    )
-    label_smoothing: float = field(
-        default=0.0, metadata=_help("label smoothing of the training loss, in [0, 0.999]")
-    )
-    clip_grad: float | None = field(
-        default=1.0, metadata=_help("max global gradient norm; 0 or none disables clipping")
-    )
-    accum_steps: int = field(
-        default=1, metadata=_help("micro-batches per optimiser step (same result, less memory)")
-    )
-    bf16: bool = field(
-        default=False, metadata=_help("bfloat16 autocast (the same as precision='bf16')")
-    )
-    seed: int = field(
-        default=0, metadata=_help("seed of data order, augmentation and dropout, in [0, 2**63)")
-    )
-    save_every: int = field(
-        default=0, metadata=_help("also checkpoint every N optimiser steps (0: epoch ends only)")
-    )
-    eval_batch_size: int = field(default=1000, metadata=_help("examples per evaluation batch"))
-    max_steps: int | None = field(
-        default=None,
-        metadata=_help(
-            "stop after N optimiser steps in all (smoke runs); with refit, of the selection run"
-        ),
-    )
-    max_minutes: float | None = field(
-        default=None,
-        metadata=_help(
-            "stop at the first step after N minutes of training in all (over resumes), then "
-            "finish as usual: final evaluation and saved model (with refit: N minutes of "
-            "selection, then the refit trains as many epochs)"
-        ),
-    )
-    quiet: bool = field(default=False, metadata=_help("no per-epoch lines and no progress bar"))
-    progress: bool | None = field(
-        default=None, metadata=_help("progress bar; none: only when stderr is a terminal")
-    )
-    tensorboard: bool = field(
-        default=True, metadata=_help("also log to OUT/tensorboard when tensorboard is installed")
-    )
-    precision: str = field(
-        default="fp32",
-        metadata=_help("fp32, bf16 (autocast) or fp16 (autocast with a gradient scaler)"),
-    )
-    device: str = field(
-        default="auto", metadata=_help("auto (CUDA when present), cpu, cuda, cuda:N or mps")
-    )
-    compile: bool = field(
-        default=False,
-        metadata=_help("torch.compile the model (same results within float tolerance)"),
-    )
-    fsdp: bool = field(
-        default=False,
-        metadata=_help("shard parameters with FSDP instead of DDP (under torchrun)"),
-    )
-    dist_timeout: float = field(
-        default=600.0,
-        metadata=_help("seconds a process waits on the others before the job fails"),
-    )
-    num_workers: int | None = field(
-        default=None,
-        metadata=_help(
-            "DataLoader worker processes for datasets decoded per item; none: automatic"
-        ),
-    )
-    patience: int | None = field(
-        default=None,
-        metadata=_help("stop after N epochs without a better validation score (needs a val split)"),
-    )
-    refit: bool = field(
-        default=False,
-        metadata=_help(
-            "after training with validation, train a fresh model on train + validation for the "
-            "same number of epochs and report its test score; the saved model is the refit one"
-        ),
-    )
-    init: str | None = field(
-        default=None,
-        metadata=_help("start from trained weights: a run directory or a model preset name"),
-    )
-
-    def __post_init__(self) -> None:
-        def positive_int(name: str, allow_zero: bool = False, hi: int | None = None) -> None:
-            v = getattr(self, name)
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, int)
-                or v < 0
-                or (v == 0 and not allow_zero)
-                or (hi is not None and v > hi)
-            ):
-                lo = 0 if allow_zero else 1
-                need = f"an int >= {lo}" if hi is None else f"an int in [{lo}, 2**63 - 1]"
-                raise ValueError(f"{name}={v!r} is invalid: expected {need}")
-
-        def number(name: str, lo: float, hi: float = math.inf, lo_open: bool = False) -> None:
-            v = getattr(self, name)
-            ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            ok = ok and (v > lo if lo_open else v >= lo) and v <= hi
-            if not ok:
-                bracket = "(" if lo_open else "["
-                raise ValueError(
-                    f"{name}={v!r} is invalid: expected a number in {bracket}{lo}, {hi}]"
-                )
-
-        for name in ("epochs", "batch_size", "accum_steps", "eval_batch_size"):
-            positive_int(name)
-        positive_int("save_every", allow_zero=True)
-        # torch and NumPy refuse seeds outside [0, 2**64) and the trainer derives per-rank and
-        # per-stream seeds above the given one.
-        positive_int("seed", allow_zero=True, hi=MAX_SEED)
-        if self.max_steps is not None:
-            positive_int("max_steps")
-        if self.max_minutes is not None:
-            number("max_minutes", 0.0, lo_open=True)
-        if self.warmup_steps is not None:
-            positive_int("warmup_steps", allow_zero=True)
-        if self.batch_tokens is not None:
-            positive_int("batch_tokens")
-        if self.num_workers is not None:
-            positive_int("num_workers", allow_zero=True)
-        if self.patience is not None:
-            positive_int("patience")
-        number("lr", 0.0, lo_open=True)
-        number("min_lr", 0.0, self.lr)
-        number("weight_decay", 0.0)
-        number("eps", 0.0, lo_open=True)
-        number("warmup_epochs", 0.0, float(self.epochs))
-        number("label_smoothing", 0.0, 0.999)
-        number("dist_timeout", 0.0, lo_open=True)
-        if self.clip_grad is not None:
-            number("clip_grad", 0.0)
-        if self.accum_steps > self.batch_size:
-            raise ValueError(
-                f"accum_steps={self.accum_steps} is invalid: a batch of batch_size="
-                f"{self.batch_size} images cannot be cut into more micro-batches than images"
-            )
-        betas = tuple(self.betas)
-        if len(betas) != 2 or not all(isinstance(b, int | float) and 0 <= b < 1 for b in betas):
-            raise ValueError(f"betas={self.betas!r} is invalid: expected two floats in [0, 1)")
-        self.betas = (float(betas[0]), float(betas[1]))
-        if self.schedule not in SCHEDULES:
-            raise ValueError(
-                f"schedule={self.schedule!r} is invalid: expected one of {', '.join(SCHEDULES)}"
-            )
-        if self.precision not in PRECISIONS:
-            raise ValueError(
-                f"precision={self.precision!r} is invalid: expected one of {', '.join(PRECISIONS)}"
-            )
-        # bf16 is the older spelling of precision="bf16"; the two are kept in agreement.
-        if self.bf16 and self.precision == "fp32":
-            self.precision = "bf16"
-        elif self.bf16 and self.precision != "bf16":
-            raise ValueError(
-                f"bf16=True is invalid with precision={self.precision!r}: bf16=True means "
-                "precision='bf16'; give one of them"
-            )
-        self.bf16 = self.precision == "bf16"
-        if not isinstance(self.device, str) or not self.device.strip():
-            raise ValueError(
-                f"device={self.device!r} is invalid: expected auto, cpu, cuda, cuda:N or mps"
-            )
-        if self.init is not None and (not isinstance(self.init, str) or not self.init.strip()):
-            raise ValueError(
-                f"init={self.init!r} is invalid: expected a run directory or a model preset name"
-            )
-        if not isinstance(self.refit, bool):
-            raise ValueError(f"refit={self.refit!r} is invalid: expected True or False")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
-
-@dataclass
-class TrainResult:
-    """What a finished (or stopped) run reached. Accuracies are fractions in [0, 1].
-
-    ``final_test_acc`` / ``final_test_loss``: the test split after the last step (NaN without
-    a test split). ``best_test_acc`` / ``best_epoch``: without a validation split, the best
-    end-of-epoch test accuracy (the final one, and epoch 0, if no epoch was completed); with
-    one, ``best_epoch`` is the epoch of the best validation score (``best_val_acc``) and
-    ``best_test_acc`` is NaN (the test split is evaluated once, at the end).
-    ``test_metrics`` / ``val_metrics``: every metric of the task, final values.
-    ``already_finished``: a resume found the run finished and did nothing.
-
-    With refit: the test values are the refit model's; ``best_*``, ``val_metrics``,
-    ``epochs_completed`` and ``stopped_early`` describe the selection run; ``steps`` and
-    ``seconds`` the whole run; ``refit`` holds the refit's ``epochs``, ``steps`` and
-    ``examples`` (empty without refit).
-    """
-
-    final_test_acc: float
-    final_test_loss: float
-    best_test_acc: float
-    best_epoch: int
-    epochs_completed: int
-    steps: int
-    seconds: float
-    stopped_early: bool
-    history: list[dict[str, Any]] = field(default_factory=list)
-    out_dir: Path | None = None
-    final_val_acc: float = math.nan
-    final_val_loss: float = math.nan
-    best_val_acc: float = math.nan
-    test_metrics: dict[str, float] = field(default_factory=dict)
-    val_metrics: dict[str, float] = field(default_factory=dict)
-    already_finished: bool = False
-    refit: dict[str, Any] = field(default_factory=dict)
-
-
-def preprocess_info(dataset: Any) -> dict[str, Any] | None:
-    """OUT/preprocess.json contents for a tfam ImageDataset (None if it lacks the facts)."""
-    needed = ("mean", "std", "classes", "image_size", "in_channels", "pixel_scale")
-    if not all(hasattr(dataset, a) for a in needed):
-        return None
-    size = dataset.image_size
-    size = [int(size), int(size)] if isinstance(size, int) else [int(s) for s in size]
-    return {
-        "dataset": getattr(dataset, "name", "custom"),
-        "image_size": size,
-        "in_channels": int(dataset.in_channels),
-        "mean": [float(v) for v in torch.as_tensor(dataset.mean).reshape(-1).tolist()],
-        "std": [float(v) for v in torch.as_tensor(dataset.std).reshape(-1).tolist()],
-        "classes": [str(c) for c in dataset.classes],
-        "pixel_scale": float(dataset.pixel_scale),
-    }
-
-
-RESULTS_NAME = "results.json"  # a finished run's final scores, for scripts and tests
-
-
-def _results_record(r: TrainResult) -> dict[str, Any]:
-    """What ``results.json`` holds: the final test and validation metrics, the validation
-    metrics of the best epoch (``best_val``, with a validation split), the run's extent, and
-    with refit the refit's extent (``refit``: epochs, steps, examples; ``test`` is then the
-    refit model's score). NaN, which JSON cannot hold, becomes null."""
-
-    def clean(metrics: dict[str, float]) -> dict[str, float | None]:
-        return {k: (None if math.isnan(v) else v) for k, v in metrics.items()}
-
-    record: dict[str, Any] = {
-        "test": clean(r.test_metrics),
-        "val": clean(r.val_metrics),
-        "best_epoch": r.best_epoch,
-        "epochs_completed": r.epochs_completed,
-        "steps": r.steps,
-        "seconds": r.seconds,
-        "stopped_early": r.stopped_early,
-    }
-    best = [row for row in r.history if row.get("phase", 1) == 1 and row["epoch"] == r.best_epoch]
-    if r.val_metrics and best:
-        record["best_val"] = clean(
-            {k[len("val_") :]: float(v) for k, v in best[0].items() if k.startswith("val_")}
-        )
-    if r.refit:
-        record["refit"] = dict(r.refit)
-    return record
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
-
-
-def load_init_weights(model: nn.Module, init: str) -> list[str]:
-    """Copy into ``model`` every tensor of ``init`` whose name and shape match; the others keep
-    their fresh values. ``init`` is a run directory, or a preset name: the preset's pretrained
-    weights when it has some (``tfam.models.has_pretrained``, such as the packaged MiniLM of
-    ``minilm_l6``), else its random initial weights. Returns the lines to log (which weights
-    were copied, and which tensors, such as a head for another class count or a head the
-    source lacks, start fresh)."""
-    from tfam.models import (
-        create_model,
-        from_pretrained,
-        has_pretrained,
-        list_models,
-        load_pretrained,
-    )
-
-    path = Path(init)
-    if path.is_dir():
-        try:
-            source = from_pretrained(path)
-        except (FileNotFoundError, ValueError, OSError) as err:
-            raise ValueError(f"init={init!r} is invalid: {err}") from None
-        where = str(path)
-    elif has_pretrained(init):
-        try:
-            source = load_pretrained(init)
-        except FileNotFoundError as err:
-            raise FileNotFoundError(f"init={init!r}: {err}") from None
-        where = f"the pretrained weights of {init}"
-    elif init in list_models():
-        source = create_model(init)
-        where = f"preset {init} (its initial weights: no trained weights ship with it)"
-    else:
-        raise ValueError(
-            f"init={init!r} is invalid: expected a run directory holding config.json and "
-            "model.safetensors, or a model preset name (tfam list)"
-        )
-    theirs, mine = source.state_dict(), model.state_dict()
-    copied, fresh, unknown = [], [], []
-    with torch.no_grad():
-        for name, tensor in mine.items():
-            if name not in theirs:
-                unknown.append(name)
-            elif theirs[name].shape != tensor.shape:
-                fresh.append(name)
-            else:
-                tensor.copy_(theirs[name])
-                copied.append(name)
-    if not copied:
-        raise ValueError(
-            f"init={init!r} is invalid: none of its tensors fits this model (no name with the "
-            "same shape)"
-        )
-    lines = [f"init: copied {len(copied)}/{len(mine)} tensors from {where}"]
-    theirs_config = getattr(source, "config", None)
-    mine_config = getattr(model, "config", None)
-
-    def classes(config: Any) -> Any:
-        # Vision families count num_classes, text families num_labels.
-        n = getattr(config, "num_classes", None)
-        return n if n is not None else getattr(config, "num_labels", None)
-
-    a, b = classes(theirs_config), classes(mine_config)
-    if fresh:
-        what = (
-            f"{init} was trained for {a} classes, this model has {b}: "
-            if a is not None and b is not None and a != b
-            else "shapes differ: "
-        )
-        lines.append(f"init: {what}a fresh head ({', '.join(fresh)}) is trained from scratch")
-    if unknown:
-        line = f"init: not in {init}, trained from scratch: {', '.join(unknown)}"
-        head_a = getattr(theirs_config, "head", None)
-        head_b = getattr(mine_config, "head", None)
-        if isinstance(head_a, str) and isinstance(head_b, str) and head_a != head_b:
-            line += f" ({init} has head={head_a!r}, this model a fresh {head_b!r} head)"
-        lines.append(line)
-    return lines
 
 
 class _Stop(Exception):
@@ -1052,7 +637,7 @@ class Trainer:
         saved_cfg.setdefault("batch_tokens", None)
         saved_cfg.setdefault("refit", False)
         mine = self.config.to_dict()
-        for name in _RESUME_FIELDS:
+        for name in RESUME_FIELDS:
             a, b = saved_cfg.get(name), mine[name]
             if (list(a) if isinstance(a, list | tuple) else a) != (
                 list(b) if isinstance(b, list | tuple) else b
@@ -1674,10 +1259,10 @@ class Trainer:
         assert self.out_dir is not None
         self.out_dir.mkdir(parents=True, exist_ok=True)
         args = {**self.run_args, "train_config": self.config.to_dict()}
-        _write_json(self.out_dir / "train_args.json", args)
+        write_json(self.out_dir / "train_args.json", args)
         info = preprocess_info(self.train_set)
         if info is not None:
-            _write_json(self.out_dir / "preprocess.json", info)
+            write_json(self.out_dir / "preprocess.json", info)
         if final and hasattr(self.model, "save_pretrained"):
             try:
                 self._plain_model().save_pretrained(self.out_dir)
@@ -1722,7 +1307,7 @@ class Trainer:
             self._full_weights = self._weights_and_optimizer()[0]  # a collective
         if self.out_dir is not None and self.dist.is_main:
             self._write_run_files(final=True)
-            _write_json(self.out_dir / RESULTS_NAME, _results_record(result))
+            write_json(self.out_dir / RESULTS_NAME, results_record(result))
         D.barrier(self.dist)
         if self.dist.is_main:
             for cb in self.callbacks:
