@@ -1,5 +1,6 @@
 """What every subcommand shares: the one ``--set`` typing rule, options built from dataclass
-fields, the one "preset, family or model directory" resolver, devices and thread counts."""
+fields, the one "preset, family or model directory" resolver, devices and thread counts, and
+the sentences a text command reads (arguments or stdin)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import types
 import typing
 from collections.abc import Iterable, Sequence
@@ -19,6 +21,7 @@ __all__ = [
     "ModelSource",
     "add_dataclass_options",
     "add_device_option",
+    "check_not_empty",
     "check_threads",
     "field_option",
     "option_error",
@@ -26,6 +29,7 @@ __all__ = [
     "parse_set",
     "parse_sets",
     "parse_value",
+    "read_texts",
     "resolve_device",
     "resolve_model",
 ]
@@ -357,3 +361,39 @@ def check_threads(threads: Any, option: str = "--threads") -> int:
             f"(this machine has {os.cpu_count()} CPU cores)"
         )
     return threads
+
+
+# ---------------------------------------------------------------------------------------------
+# Sentences in
+
+
+def check_not_empty(texts: Sequence[str], names: Sequence[str], what: str = "a sentence") -> None:
+    """A one-line error for the first empty or whitespace-only text, by its name."""
+    for text, name in zip(texts, names):
+        if not text.strip():
+            raise ValueError(f"{name} is empty: expected {what}")
+
+
+def read_texts(
+    texts: Sequence[str], command: str, what: str = "a sentence", stdin: Any = None
+) -> tuple[list[str], list[str]]:
+    """The sentences and their names for messages ("TEXT 2", "stdin line 3"): the arguments,
+    or stdin's lines when there are none or one is '-'. Empty sentences are one-line errors."""
+    if not texts or list(texts) == ["-"]:
+        stream = stdin if stdin is not None else sys.stdin
+        if stream is None or (hasattr(stream, "isatty") and stream.isatty()):
+            raise ValueError(
+                f"no TEXT given and stdin is a terminal: pass sentences as arguments or pipe "
+                f'them in, e.g. tfam {command} DIR "a sentence" or tfam {command} DIR < file.txt'
+            )
+        lines = stream.read().splitlines()
+        if not lines:
+            raise ValueError("stdin is empty: expected one sentence per line")
+        names = [f"stdin line {i}" for i in range(1, len(lines) + 1)]
+    elif "-" in texts:
+        raise ValueError("'-' (read stdin) cannot be mixed with TEXT arguments")
+    else:
+        lines = list(texts)
+        names = [f"TEXT {i}" if len(texts) > 1 else "TEXT" for i in range(1, len(texts) + 1)]
+    check_not_empty(lines, names, what)
+    return lines, names

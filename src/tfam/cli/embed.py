@@ -196,7 +196,7 @@ def embed_texts(
 
 
 def run(args: argparse.Namespace) -> int:
-    from tfam.cli.text import read_texts
+    from tfam.cli.common import read_texts
 
     texts, names = read_texts(args.texts, "embed", "a sentence to embed")
     if args.batch_size < 1:

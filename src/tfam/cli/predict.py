@@ -161,7 +161,8 @@ def predict_text(args: argparse.Namespace) -> int:
     """A BERT classification run: the classes of each sentence, or the tag of each word."""
     import torch
 
-    from tfam.cli.text import load_labels, load_run_tokenizer, read_config, read_texts, run_task
+    from tfam.cli.common import read_texts
+    from tfam.cli.text import load_labels, load_run_tokenizer, read_config, run_task
     from tfam.cli.translate import describe_run
 
     run_dir = Path(args.dir)

@@ -1,5 +1,5 @@
 """What the text subcommands share (generate, embed, predict and eval on BERT and GPT runs):
-reading sentences, the tokenizer and labels.json of a run directory, what a run was trained
+the tokenizer and labels.json of a run directory, what a run was trained
 for, and one-line errors for text a tokenizer cannot encode.
 
 A run directory of a text task (written by `tfam train`) holds config.json, model.safetensors,
@@ -39,33 +39,6 @@ def note(text: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Sentences in
-
-
-def read_texts(
-    texts: Sequence[str], command: str, what: str = "a sentence", stdin: Any = None
-) -> tuple[list[str], list[str]]:
-    """The sentences and their names for messages ("TEXT 2", "stdin line 3"): the arguments,
-    or stdin's lines when there are none or one is '-'. Empty sentences are one-line errors."""
-    if not texts or list(texts) == ["-"]:
-        stream = stdin if stdin is not None else sys.stdin
-        if stream is None or (hasattr(stream, "isatty") and stream.isatty()):
-            raise ValueError(
-                f"no TEXT given and stdin is a terminal: pass sentences as arguments or pipe "
-                f'them in, e.g. tfam {command} DIR "a sentence" or tfam {command} DIR < file.txt'
-            )
-        lines = stream.read().splitlines()
-        if not lines:
-            raise ValueError("stdin is empty: expected one sentence per line")
-        names = [f"stdin line {i}" for i in range(1, len(lines) + 1)]
-    elif "-" in texts:
-        raise ValueError("'-' (read stdin) cannot be mixed with TEXT arguments")
-    else:
-        lines = list(texts)
-        names = [f"TEXT {i}" if len(texts) > 1 else "TEXT" for i in range(1, len(texts) + 1)]
-    for text, name in zip(lines, names):
-        if not text.strip():
-            raise ValueError(f"{name} is empty: expected {what}")
-    return lines, names
 
 
 def unknown_characters(tokenizer: Any, text: str) -> list[str]:

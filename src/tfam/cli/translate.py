@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfam.cli.common import add_device_option, device_from, resolve_model
+from tfam.cli.common import (
+    add_device_option,
+    check_not_empty,
+    device_from,
+    read_texts,
+    resolve_model,
+)
 
 TOKENIZER_FILE = "tokenizer.json"  # = tfam.data.tokenizer.TOKENIZER_FILE (not imported: startup)
 
@@ -216,34 +222,6 @@ def load_seq2seq(dir_arg: str, device: Any, command: str) -> Seq2SeqRun:
 # Text in, ids in
 
 
-def read_texts(texts: Sequence[str], stdin: Any = None) -> tuple[list[str], list[str]]:
-    """The sentences to translate and their names for messages ("TEXT 2", "stdin line 3"):
-    the arguments, or stdin's lines when there are none or one is '-'."""
-    if not texts or list(texts) == ["-"]:
-        stream = stdin if stdin is not None else sys.stdin
-        if stream is None or (hasattr(stream, "isatty") and stream.isatty()):
-            raise ValueError(
-                "no TEXT given and stdin is a terminal: pass sentences as arguments or pipe "
-                'them in, e.g. tfam translate DIR "a sentence" or tfam translate DIR < file.txt'
-            )
-        lines = stream.read().splitlines()
-        if not lines:
-            raise ValueError("stdin is empty: expected one sentence per line")
-        return lines, [f"stdin line {i}" for i in range(1, len(lines) + 1)]
-    if "-" in texts:
-        raise ValueError("'-' (read stdin) cannot be mixed with TEXT arguments")
-    return list(texts), [
-        f"TEXT {i}" if len(texts) > 1 else "TEXT" for i in range(1, len(texts) + 1)
-    ]
-
-
-def check_not_empty(texts: Sequence[str], names: Sequence[str]) -> None:
-    """A one-line error for the first empty or whitespace-only text."""
-    for text, name in zip(texts, names):
-        if not text.strip():
-            raise ValueError(f"{name} is empty: expected a sentence to translate")
-
-
 def encode_texts(
     texts: Sequence[str],
     names: Sequence[str],
@@ -258,7 +236,7 @@ def encode_texts(
     Empty or whitespace-only text and text longer than the model's positions (unless
     ``truncate``) are one-line ValueErrors; pieces the tokenizer has never seen become <unk>
     (a note through ``warn``), never a crash."""
-    check_not_empty(texts, names)
+    check_not_empty(texts, names, "a sentence to translate")
     out = []
     for text, name in zip(texts, names):
         ids = list(tokenizer.encode(text))
@@ -417,9 +395,8 @@ def translate_texts(
 
 
 def run(args: argparse.Namespace) -> int:
-    texts, names = read_texts(args.texts)
     # Cheap checks first: bad input fails before a model is loaded.
-    check_not_empty(texts, names)
+    texts, names = read_texts(args.texts, "translate", "a sentence to translate")
     check_decoding(args, max_positions=2**31)
     device = device_from(args)
     loaded = load_seq2seq(args.dir, device, "translate")

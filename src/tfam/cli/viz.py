@@ -178,8 +178,8 @@ def run_alignment(args: argparse.Namespace) -> int:
     """Translate the sentence greedily and draw the cross-attention of one decoder block."""
     import torch
 
+    from tfam.cli.common import check_not_empty
     from tfam.cli.translate import (
-        check_not_empty,
         decode,
         encode_texts,
         load_seq2seq,
@@ -189,7 +189,7 @@ def run_alignment(args: argparse.Namespace) -> int:
     from tfam.viz import cross_attention, plot_alignment
 
     run_dir = _run_dir(args)
-    check_not_empty([args.image], ["the sentence"])
+    check_not_empty([args.image], ["the sentence"], "a sentence to translate")
     run = load_seq2seq(args.dir, device_from(args), "viz attention")
     depth = run.model.config.decoder_depth or run.model.config.depth
     layer = _layer_index(args.layer, depth)
