@@ -14,6 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tfam.interop import from_hf, to_hf  # noqa: E402
 from tfam.interop.hf_bert import load_hf_bert_dir  # noqa: E402
+from tfam.layers import KERNELS  # noqa: E402
+from tfam.layers.kernels import MathKernel  # noqa: E402
 from tfam.models.bert import Bert  # noqa: E402
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -158,3 +160,40 @@ def test_refusals_name_the_problem():
         converted(ids.clamp(max=60), token_type_ids=torch.full_like(ids, 3))
     with pytest.raises(ValueError, match="max_positions=20"):
         converted(torch.ones(1, 21, dtype=torch.long))
+
+
+def small_bert(**overrides) -> Bert:
+    values = dict(dim=24, depth=1, heads=3, ffn_dim=40, vocab_size=61, max_positions=20)
+    return Bert(Bert.config_class(**(values | overrides)))
+
+
+def test_to_hf_refuses_other_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A kernel HF has no counterpart for (an approximation, say) must not convert silently.
+    monkeypatch.setitem(KERNELS, "some_approximation", MathKernel)
+    model = small_bert()
+    model.set_attention("some_approximation")
+    with pytest.raises(ValueError, match=r"attention='some_approximation'.*set_attention"):
+        to_hf(model)
+
+
+def test_to_hf_leaves_the_callers_random_stream_alone() -> None:
+    model = small_bert()
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    to_hf(model)  # HF draws random initial weights before ours are copied in
+    torch.testing.assert_close(torch.rand(4), expected, rtol=0, atol=0)
+
+
+def test_to_hf_keeps_dtype_and_mode_and_warns_about_drop_path() -> None:
+    model = small_bert(drop_path=0.1).double().train()
+    with pytest.warns(UserWarning, match="drop_path=0.1 is dropped"):
+        hf = to_hf(model)
+    assert hf.training and next(hf.parameters()).dtype == torch.float64
+    model.eval()
+    hf.eval()
+    ids = torch.tensor([[1, 5, 7, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(ids), hf(input_ids=ids).last_hidden_state, rtol=0, atol=1e-12
+        )

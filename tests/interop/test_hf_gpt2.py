@@ -15,6 +15,8 @@ from torch import nn  # noqa: E402
 
 import tfam  # noqa: E402
 from tfam.interop import from_hf, to_hf  # noqa: E402
+from tfam.layers import KERNELS  # noqa: E402
+from tfam.layers.kernels import MathKernel  # noqa: E402
 from tfam.models.gpt import GPT  # noqa: E402
 
 ATOL = 1e-5
@@ -268,4 +270,18 @@ def test_from_hf_refuses_what_tfam_computes_differently(values: dict, message: s
 def test_to_hf_refuses_what_gpt2_cannot_express(overrides: dict, message: str):
     model = tfam.create_model("gpt", dim=12, depth=1, heads=3, vocab_size=VOCAB, **overrides)
     with pytest.raises(ValueError, match=message):
+        to_hf(model)
+
+
+def test_to_hf_refuses_other_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(KERNELS, "some_approximation", MathKernel)
+    model = tfam.create_model("gpt", dim=12, depth=1, heads=3, vocab_size=VOCAB)
+    model.set_attention("some_approximation")
+    with pytest.raises(ValueError, match=r"attention='some_approximation'.*set_attention"):
+        to_hf(model)
+
+
+def test_to_hf_warns_that_drop_path_is_dropped() -> None:
+    model = tfam.create_model("gpt", dim=12, depth=1, heads=3, vocab_size=VOCAB, drop_path=0.1)
+    with pytest.warns(UserWarning, match="drop_path=0.1 is dropped: GPT-2 has no stochastic"):
         to_hf(model)

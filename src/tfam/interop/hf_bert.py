@@ -38,7 +38,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.interop.hf_vit import HF_TO_TFAM_ACT, TFAM_TO_HF_ACT, require_transformers
+from tfam.interop.hf_vit import (
+    HF_TO_TFAM_ACT,
+    TFAM_TO_HF_ACT,
+    TFAM_TO_HF_ATTN,
+    refuse_inexact_attention,
+    require_transformers,
+    warn_drop_path_dropped,
+)
 from tfam.models.bert import Bert, BertConfig
 
 HF_KINDS = {  # transformers class name -> (tfam head, key prefix of the encoder)
@@ -269,6 +276,8 @@ def config_to_hf(config: BertConfig, **options: Any) -> Any:
         problems.append(f"pooler=True with head={c.head!r} (HF's {HEAD_TO_HF[c.head]} has none)")
     if problems:
         raise ValueError(f"config is invalid for conversion to HF BERT: {'; '.join(problems)}")
+    refuse_inexact_attention(c.attention, "Hugging Face BERT")
+    warn_drop_path_dropped(c.drop_path, "HF BERT")
     values: dict[str, Any] = dict(
         vocab_size=c.vocab_size,
         hidden_size=c.dim,
@@ -289,20 +298,30 @@ def config_to_hf(config: BertConfig, **options: Any) -> Any:
     return transformers.BertConfig(**values)
 
 
-def bert_to_hf(model: Bert, *, attn_implementation: str = "eager", **options: Any) -> Any:
+def bert_to_hf(model: Bert, *, attn_implementation: str | None = None, **options: Any) -> Any:
     """The transformers model (by ``config.head``: BertModel, BertForMaskedLM,
     BertForTokenClassification, BertForSequenceClassification) computing what ``model``
-    computes, with copies of its weights; ``options`` go to transformers.BertConfig."""
+    computes, with copies of its weights, on its device and dtype and in its train/eval mode.
+    ``attn_implementation`` defaults to 'eager' for tfam's 'math' kernel and 'sdpa' otherwise;
+    ``options`` go to transformers.BertConfig.
+
+    Refused (``ValueError``): pre-norm blocks, RMSNorm, activations HF lacks, no Q/K/V bias, a
+    pooler under a token or MLM head, attention kernels without an HF counterpart."""
     transformers = require_transformers()
     c = model.config
     kind = HEAD_TO_HF[c.head]
     hf_config = config_to_hf(c, **options)
     cls = getattr(transformers, kind)
-    if kind == "BertModel":
-        hf = cls(hf_config, add_pooling_layer=bool(c.pooler))
-    else:
-        hf = cls(hf_config)
-    hf.set_attn_implementation(attn_implementation)
+    # Fork the RNG: HF initialises the new model randomly before the weights are copied in,
+    # and that must not move the caller's random stream.
+    with torch.random.fork_rng(devices=[]):
+        if kind == "BertModel":
+            hf = cls(hf_config, add_pooling_layer=bool(c.pooler))
+        else:
+            hf = cls(hf_config)
+    hf.set_attn_implementation(attn_implementation or TFAM_TO_HF_ATTN[c.attention])
+    param = next(model.parameters())
+    hf = hf.to(device=param.device, dtype=param.dtype)
     prefix = HF_KINDS[kind][1]
     ours = model.state_dict()
     state: dict[str, Tensor] = {}
@@ -323,4 +342,4 @@ def bert_to_hf(model: Bert, *, attn_implementation: str = "eager", **options: An
         )
     if c.head == "mlm":
         hf.tie_weights()
-    return hf.eval()
+    return hf.train(model.training)

@@ -40,7 +40,9 @@ from tfam.interop.hf_vit import (
     HF_TO_TFAM_ACT,
     TFAM_TO_HF_ACT,
     TFAM_TO_HF_ATTN,
+    refuse_inexact_attention,
     require_transformers,
+    warn_drop_path_dropped,
 )
 from tfam.models.gpt import GPT, GPTConfig
 
@@ -238,20 +240,8 @@ def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
             c.activation,
             f"GPT-2's MLP is not gated; convertible: {', '.join(map(repr, TFAM_TO_HF_ACT))}",
         )
-    if c.attention not in TFAM_TO_HF_ATTN:
-        raise refuse(
-            "attention",
-            c.attention,
-            f"only the exact softmax kernels {', '.join(map(repr, TFAM_TO_HF_ATTN))} have an HF "
-            "counterpart; "
-            "if this kernel is exact, call model.set_attention('sdpa') first",
-        )
-    if c.drop_path:
-        warnings.warn(
-            f"drop_path={c.drop_path} is dropped: GPT-2 has no stochastic depth "
-            "(eval outputs are unchanged; training the HF model will differ)",
-            stacklevel=3,
-        )
+    refuse_inexact_attention(c.attention, "Hugging Face GPT-2")
+    warn_drop_path_dropped(c.drop_path, "GPT-2")
     return transformers.GPT2Config(
         vocab_size=c.vocab_size,
         n_positions=c.max_positions,

@@ -104,6 +104,27 @@ def require_transformers() -> Any:
     return transformers
 
 
+def refuse_inexact_attention(attention: str, target: str) -> None:
+    """A ValueError naming ``attention`` when it has no Hugging Face counterpart: only the
+    exact softmax kernels convert, so a converted model never computes something else."""
+    if attention not in TFAM_TO_HF_ATTN:
+        raise ValueError(
+            f"attention={attention!r} cannot be converted to {target}: only the exact softmax "
+            f"kernels {', '.join(map(repr, TFAM_TO_HF_ATTN))} have an HF counterpart; if this "
+            "kernel is exact, call model.set_attention('sdpa') first"
+        )
+
+
+def warn_drop_path_dropped(drop_path: float, target: str) -> None:
+    """Hugging Face's ViT, BERT and GPT-2 have no stochastic depth: say it is left out."""
+    if drop_path:
+        warnings.warn(
+            f"drop_path={drop_path} is dropped: {target} has no stochastic depth (eval outputs "
+            "are unchanged; training the HF model will differ)",
+            stacklevel=4,
+        )
+
+
 def canonical_hf_key(key: str) -> str:
     """A ViT state-dict key in transformers 5.x naming, whichever version wrote it."""
     for pattern, repl in _LEGACY_RENAMES:
@@ -336,14 +357,7 @@ def config_to_hf(
             c.activation,
             f"HF ViT's MLP is not gated; convertible: {', '.join(map(repr, TFAM_TO_HF_ACT))}",
         )
-    if c.attention not in TFAM_TO_HF_ATTN:
-        raise refuse(
-            "attention",
-            c.attention,
-            f"only the exact softmax kernels {', '.join(map(repr, TFAM_TO_HF_ATTN))} have an HF "
-            "counterpart; "
-            "if this kernel is exact, call model.set_attention('sdpa') first",
-        )
+    refuse_inexact_attention(c.attention, "Hugging Face ViT")
     if c.representation_size and c.num_classes:
         raise refuse(
             "representation_size",
@@ -351,12 +365,7 @@ def config_to_hf(
             "ViTForImageClassification has no pre-logits layer (only ViTModel's pooler, "
             "which has no classifier); use num_classes=0 or representation_size=None",
         )
-    if c.drop_path:
-        warnings.warn(
-            f"drop_path={c.drop_path} is dropped: HF ViT has no stochastic depth "
-            "(eval outputs are unchanged; training the HF model will differ)",
-            stacklevel=3,
-        )
+    warn_drop_path_dropped(c.drop_path, "HF ViT")
     if id2label is not None and len(id2label) != c.num_classes:
         raise ValueError(
             f"id2label has {len(id2label)} labels; expected num_classes={c.num_classes}"
