@@ -1,7 +1,8 @@
 """The encoder–decoder Transformer against torch.nn.Transformer with the same weights, and
 cached against uncached greedy decoding.
 
-Rows (median of interleaved rounds; ratio = reference time / tfam time, > 1 means tfam is faster):
+Rows (interleaved rounds in a rotating order, benchmarks/timing.py; times are medians, and the
+ratio is the median over rounds of reference time / tfam time, > 1 means tfam is faster):
 - forward (teacher forcing): tfam's model vs torch.nn.Transformer + the same embeddings and
   output projection;
 - greedy decoding of 100 tokens: tfam with its KV cache vs the usual torch.nn.Transformer loop
@@ -14,11 +15,9 @@ Rows (median of interleaved rounds; ratio = reference time / tfam time, > 1 mean
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
+from timing import interleaved
 from torch import nn
 
 import tfam
@@ -81,17 +80,6 @@ def torch_greedy(model, ref: nn.Transformer, src: torch.Tensor, steps: int) -> t
     return ys
 
 
-def median_times(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for r in range(rounds + 1):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            if r:  # round 0 warms up
-                times[name].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="transformer_base")
@@ -123,34 +111,28 @@ def main() -> None:
             torch_greedy(model, ref, src, steps),
         )
         rows = []
-        t = median_times(
-            {
-                "tfam": lambda: model(src, tgt),
-                "torch.nn.Transformer": lambda: torch_forward(model, ref, src, tgt),
-            },
+        (t_ours, t_ref), (_, r_ref) = interleaved(
+            [lambda: model(src, tgt), lambda: torch_forward(model, ref, src, tgt)], args.rounds
+        )
+        rows.append((f"forward B={args.batch} L={args.src_len}", t_ours, "torch.nn.Transformer", t_ref, r_ref))  # fmt: skip
+        (t_ours, t_loop, t_unc), (_, r_loop, r_unc) = interleaved(
+            [
+                lambda: model.generate(src, max_new_tokens=steps, eos_token_id=[]),
+                lambda: torch_greedy(model, ref, src, steps),
+                lambda: model.generate(src, max_new_tokens=steps, eos_token_id=[], use_cache=False),
+            ],
             args.rounds,
         )
-        rows.append((f"forward B={args.batch} L={args.src_len}", t["tfam"], "torch.nn.Transformer", t["torch.nn.Transformer"]))  # fmt: skip
-        t = median_times(
-            {
-                "tfam cached": lambda: model.generate(src, max_new_tokens=steps, eos_token_id=[]),
-                "torch loop": lambda: torch_greedy(model, ref, src, steps),
-                "tfam uncached": lambda: model.generate(
-                    src, max_new_tokens=steps, eos_token_id=[], use_cache=False
-                ),
-            },
-            args.rounds,
-        )
-        rows.append((f"greedy {steps} tokens", t["tfam cached"], "torch.nn.Transformer loop", t["torch loop"]))  # fmt: skip
-        rows.append((f"greedy {steps} tokens", t["tfam cached"], "tfam uncached", t["tfam uncached"]))  # fmt: skip
+        rows.append((f"greedy {steps} tokens", t_ours, "torch.nn.Transformer loop", t_loop, r_loop))  # fmt: skip
+        rows.append((f"greedy {steps} tokens", t_ours, "tfam uncached", t_unc, r_unc))  # fmt: skip
     print(
         f"{args.preset} (vocab 8000), torch {torch.__version__}, {args.threads} threads, "
         f"median of {args.rounds} interleaved rounds; max |logit diff| vs torch {diff:.1e}; "
         f"greedy tokens identical: {same}"
     )
     print(f"{'what':<28} {'tfam s':>8}  {'reference':<26} {'ref s':>8}  {'ref/tfam':>8}")
-    for what, ours, ref_name, theirs in rows:
-        print(f"{what:<28} {ours:>8.3f}  {ref_name:<26} {theirs:>8.3f}  {theirs / ours:>7.2f}x")
+    for what, ours, ref_name, theirs, ratio in rows:
+        print(f"{what:<28} {ours:>8.3f}  {ref_name:<26} {theirs:>8.3f}  {ratio:>7.2f}x")
 
 
 if __name__ == "__main__":
