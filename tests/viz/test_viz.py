@@ -344,3 +344,32 @@ def test_plot_curves_draws_the_validation_split_when_the_run_had_one(tmp_path) -
     assert labels == ["train", "val"]
     val_line = fig.axes[1].get_lines()[1]
     assert np.allclose(val_line.get_ydata(), [50.0, 60.0, 70.0])
+
+
+def test_plot_curves_draws_the_refit_apart(tmp_path) -> None:
+    # Selection run: epochs 1-3 with validation; refit: epochs 4-6, a fresh model on
+    # train + val (no validation), its loss starting high again and its lr warming up anew.
+    rows = ["epoch,step,train_loss,train_acc,val_loss,val_acc,lr,phase"]
+    rows += [f"{e},{10 * e},{1 / e},{0.5 + e / 10},{1.2 / e},{0.4 + e / 10},0.001,1" for e in (1, 2, 3)]  # fmt: skip
+    rows += [f"{e},{10 * e},{3 / (e - 3)},{0.4 + (e - 3) / 10},,,0.002,2" for e in (4, 5, 6)]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    fig = plot_curves(tmp_path / "metrics.csv", tmp_path / "curves.png")
+    assert_png(tmp_path / "curves.png")
+    loss, acc, lr = fig.axes
+    lines = {line.get_label(): line for line in loss.get_lines()}
+    assert list(lines)[:3] == ["train", "train (refit)", "val"]
+    assert list(lines["train"].get_xdata()) == [1, 2, 3]  # not joined to the refit
+    assert list(lines["train (refit)"].get_xdata()) == [4, 5, 6]
+    assert lines["train (refit)"].get_linestyle() == "--"
+    assert np.allclose(lines["train (refit)"].get_ydata(), [3.0, 1.5, 1.0])
+    assert list(lines["val"].get_xdata()) == [1, 2, 3]
+    for ax in (loss, acc, lr):
+        boundary = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [3.5, 3.5]]
+        assert len(boundary) == 1, ax.get_title()
+    assert [len(ln.get_xdata()) for ln in lr.get_lines()][:2] == [3, 3]
+
+
+def test_plot_curves_without_refit_draws_no_boundary(tmp_path) -> None:
+    fig = plot_curves(write_metrics(tmp_path / "metrics.csv"), None)
+    for ax in fig.axes:
+        assert all(line.get_linestyle() != ":" for line in ax.get_lines())

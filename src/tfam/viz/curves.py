@@ -7,6 +7,12 @@ epoch marked) and the learning rate when the file has it. The held-out split is 
 run had a validation split (then the test split is scored once, at the end, not per epoch),
 else ``test``. Accuracy columns holding fractions (every value <= 1) are
 shown as percentages. Empty cells (a metric not measured that epoch) are skipped.
+
+A run with refit (``tfam train --refit``) has a ``phase`` column: 1 for the selection run, 2
+for the refit, a fresh model trained on train + validation whose epochs continue the
+numbering. The refit's curves are drawn dashed, apart from the selection run's (its training
+loss starts high again and its learning rate warms up anew), after a dotted line where it
+begins.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import Any
 
 __all__ = ["plot_curves", "read_metrics"]
 
@@ -47,10 +54,32 @@ def read_metrics(metrics_csv: str | Path) -> dict[str, list[float]]:
     return columns
 
 
-def _series(columns: dict[str, list[float]], x: list[float], name: str) -> tuple[list, list]:
+def _series(
+    columns: dict[str, list[float]], x: list[float], name: str, phase: int | None = None
+) -> tuple[list, list]:
+    """The finite (x, y) points of column ``name``; only the rows of ``phase`` when given (rows
+    without a phase count as phase 1)."""
     ys = columns.get(name, [])
-    pairs = [(a, b) for a, b in zip(x, ys) if math.isfinite(a) and math.isfinite(b)]
+    phases = columns.get("phase", [])
+
+    def row_phase(i: int) -> int:
+        p = phases[i] if i < len(phases) else math.nan
+        return int(p) if math.isfinite(p) else 1
+
+    pairs = [
+        (a, b)
+        for i, (a, b) in enumerate(zip(x, ys))
+        if math.isfinite(a) and math.isfinite(b) and (phase is None or row_phase(i) == phase)
+    ]
     return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+def _refit_start(columns: dict[str, list[float]], x: list[float]) -> float | None:
+    """The x of the first refit row (phase 2), or None for a run without refit."""
+    for a, p in zip(x, columns.get("phase", [])):
+        if p == 2 and math.isfinite(a):
+            return a
+    return None
 
 
 def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: str | None = None):  # noqa: ANN201
@@ -84,11 +113,24 @@ def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: s
     styles = {"train": dict(color="tab:blue"), held: dict(color="tab:orange")}
     many = len(x) > 40  # markers only while they stay readable
 
+    refit_at = _refit_start(columns, x)
+
+    def draw(ax: Any, name: str, label: str | None, scale: float = 1.0, **style: Any) -> tuple:
+        """Column ``name``: the selection run's points (every point, without refit), then the
+        refit's, dashed and apart. Returns the selection run's (xs, ys), unscaled."""
+        first = _series(columns, x, name, phase=1 if refit_at is not None else None)
+        parts = [(first, "-", label)]
+        if refit_at is not None:
+            parts.append((_series(columns, x, name, phase=2), "--", label and f"{label} (refit)"))
+        for (xs, ys), ls, text in parts:
+            if xs:
+                ys = [v * scale for v in ys]
+                ax.plot(xs, ys, ls=ls, label=text, marker=None if many else "o", ms=3, **style)
+        return first
+
     ax = axes[0]
     for split in ("train", held):
-        xs, ys = _series(columns, x, f"{split}_loss")
-        if xs:
-            ax.plot(xs, ys, label=split, marker=None if many else "o", ms=3, **styles[split])
+        draw(ax, f"{split}_loss", split, **styles[split])
     ax.set_title("loss (cross-entropy)")
     ax.set_ylabel("loss")
     losses = [
@@ -102,10 +144,8 @@ def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: s
     accs = [v for k in ("train_acc", f"{held}_acc") for v in columns.get(k, []) if math.isfinite(v)]
     scale = 100.0 if accs and max(accs) <= 1.0 else 1.0
     for split in ("train", held):
-        xs, ys = _series(columns, x, f"{split}_acc")
+        xs, ys = draw(ax, f"{split}_acc", split, scale, **styles[split])
         ys = [v * scale for v in ys]
-        if xs:
-            ax.plot(xs, ys, label=split, marker=None if many else "o", ms=3, **styles[split])
         if split == held and ys:
             best = max(range(len(ys)), key=ys.__getitem__)
             ax.plot([xs[best]], [ys[best]], "*", color="tab:red", ms=12, zorder=5)
@@ -124,13 +164,25 @@ def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: s
 
     if has_lr:
         ax = axes[2]
-        xs, ys = _series(columns, x, "lr")
-        ax.plot(xs, ys, color="tab:green")
+        draw(ax, "lr", None, color="tab:green")
         ax.set_title("learning rate")
         ax.set_ylabel("lr")
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
 
     for ax in axes:
+        if refit_at is not None:
+            ax.axvline(refit_at - 0.5, color="0.4", ls=":", lw=1.2)
+            ax.annotate(
+                "refit: train + val →",
+                xy=(refit_at - 0.5, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, -3),
+                textcoords="offset points",
+                ha="left",
+                va="top",
+                fontsize=8,
+                color="0.3",
+            )
         ax.set_xlabel(xname)
         ax.grid(True, alpha=0.3)
         if xname == "epoch":
