@@ -96,7 +96,12 @@ class TrainConfig:
         default=False, metadata=_help("bfloat16 autocast (the same as precision='bf16')")
     )
     seed: int = field(
-        default=0, metadata=_help("seed of data order, augmentation and dropout, in [0, 2**63)")
+        default=0,
+        metadata=_help(
+            "seed of data order, augmentation and dropout (tfam train: also of the initial "
+            "weights), in [0, 2**63); the train/val/test splits stay fixed, so seeds compare "
+            "on the same held-out data"
+        ),
     )
     save_every: int = field(
         default=0, metadata=_help("also checkpoint every N optimiser steps (0: epoch ends only)")
