@@ -42,6 +42,7 @@ from tfam.interop.hf_vit import (
     HF_TO_TFAM_ACT,
     TFAM_TO_HF_ACT,
     TFAM_TO_HF_ATTN,
+    build_hf_model,
     refuse_inexact_attention,
     require_transformers,
     warn_drop_path_dropped,
@@ -312,16 +313,11 @@ def bert_to_hf(model: Bert, *, attn_implementation: str | None = None, **options
     kind = HEAD_TO_HF[c.head]
     hf_config = config_to_hf(c, **options)
     cls = getattr(transformers, kind)
-    # Fork the RNG: HF initialises the new model randomly before the weights are copied in,
-    # and that must not move the caller's random stream.
-    with torch.random.fork_rng(devices=[]):
-        if kind == "BertModel":
-            hf = cls(hf_config, add_pooling_layer=bool(c.pooler))
-        else:
-            hf = cls(hf_config)
+    if kind == "BertModel":
+        hf = build_hf_model(lambda: cls(hf_config, add_pooling_layer=bool(c.pooler)), model)
+    else:
+        hf = build_hf_model(lambda: cls(hf_config), model)
     hf.set_attn_implementation(attn_implementation or TFAM_TO_HF_ATTN[c.attention])
-    param = next(model.parameters())
-    hf = hf.to(device=param.device, dtype=param.dtype)
     prefix = HF_KINDS[kind][1]
     ours = model.state_dict()
     state: dict[str, Tensor] = {}

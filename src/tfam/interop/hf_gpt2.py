@@ -40,6 +40,7 @@ from tfam.interop.hf_vit import (
     HF_TO_TFAM_ACT,
     TFAM_TO_HF_ACT,
     TFAM_TO_HF_ATTN,
+    build_hf_model,
     refuse_inexact_attention,
     require_transformers,
     warn_drop_path_dropped,
@@ -275,10 +276,7 @@ def gpt2_to_hf(model: GPT, *, attn_implementation: str | None = None) -> PreTrai
         raise ValueError(f"model={type(model).__name__} is invalid: expected a tfam GPT")
     transformers = require_transformers()
     hf_config = config_to_hf(model, attn_implementation=attn_implementation)
-    # Fork the RNG: HF initialises the new model randomly before the weights are copied in,
-    # and that must not move the caller's random stream.
-    with torch.random.fork_rng(devices=[]):
-        hf = transformers.GPT2LMHeadModel(hf_config)
+    hf = build_hf_model(lambda: transformers.GPT2LMHeadModel(hf_config), model)
     tfam_state = model.state_dict()
     state: dict[str, Tensor] = {}
     for hf_name, tfam_names, transposed in weight_pairs(model.config):
@@ -286,8 +284,6 @@ def gpt2_to_hf(model: GPT, *, attn_implementation: str | None = None) -> PreTrai
         value = value.t() if transposed else value
         key = hf_name if hf_name.startswith("lm_head.") else f"transformer.{hf_name}"
         state[key] = value.contiguous()
-    param = next(model.parameters())
-    hf = hf.to(device=param.device, dtype=param.dtype)
     missing, unexpected = hf.load_state_dict(state, strict=False)  # copies into HF's tensors
     # A tied head is HF's wte itself; causal-mask buffers of older releases are not weights.
     missing = [k for k in missing if k != "lm_head.weight" and not _MASK_BUFFER.search(k)]

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -123,6 +124,16 @@ def warn_drop_path_dropped(drop_path: float, target: str) -> None:
             "are unchanged; training the HF model will differ)",
             stacklevel=4,
         )
+
+
+def build_hf_model(make: Callable[[], Any], like: nn.Module) -> Any:
+    """``make()``'s Hugging Face model, on ``like``'s device and dtype, built under a forked RNG:
+    HF initialises a new model randomly before tfam's weights are copied in, and that must not
+    move the caller's random stream."""
+    with torch.random.fork_rng(devices=[]):
+        hf = make()
+    param = next(like.parameters())
+    return hf.to(device=param.device, dtype=param.dtype)
 
 
 def canonical_hf_key(key: str) -> str:
@@ -424,13 +435,13 @@ def vit_to_hf(
     transformers = require_transformers()
     hf_config = config_to_hf(model, id2label=id2label, attn_implementation=attn_implementation)
     c = model.config
-    # Fork the RNG: HF initialises the new model randomly before the weights are copied in,
-    # and that must not move the caller's random stream.
-    with torch.random.fork_rng(devices=[]):
-        if c.num_classes:
-            hf = transformers.ViTForImageClassification(hf_config)
-        else:
-            hf = transformers.ViTModel(hf_config, add_pooling_layer=bool(c.representation_size))
+    if c.num_classes:
+        hf = build_hf_model(lambda: transformers.ViTForImageClassification(hf_config), model)
+    else:
+        pooler = bool(c.representation_size)
+        hf = build_hf_model(
+            lambda: transformers.ViTModel(hf_config, add_pooling_layer=pooler), model
+        )
 
     tfam_state = model.state_dict()
     canonical: dict[str, Tensor] = {}
@@ -447,8 +458,6 @@ def vit_to_hf(
         if name not in canonical:
             raise ValueError(f"the Hugging Face model has a weight {key!r} that tfam cannot fill")
         state[key] = canonical[name]
-    param = next(model.parameters())
-    hf = hf.to(device=param.device, dtype=param.dtype)
     hf.load_state_dict(state, strict=True)  # copies into HF's own tensors
     return hf.train(model.training)
 
