@@ -117,16 +117,17 @@ def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: s
 
     def draw(ax: Any, name: str, label: str | None, scale: float = 1.0, **style: Any) -> tuple:
         """Column ``name``: the selection run's points (every point, without refit), then the
-        refit's, dashed and apart. Returns the selection run's (xs, ys), unscaled."""
-        first = _series(columns, x, name, phase=1 if refit_at is not None else None)
-        parts = [(first, "-", label)]
+        refit's, dashed and apart. Returns the selection run's (xs, ys), as drawn."""
+        parts = [(_series(columns, x, name, phase=1 if refit_at is not None else None), "-", label)]
         if refit_at is not None:
             parts.append((_series(columns, x, name, phase=2), "--", label and f"{label} (refit)"))
+        drawn = []
         for (xs, ys), ls, text in parts:
+            ys = [v * scale for v in ys]
             if xs:
-                ys = [v * scale for v in ys]
                 ax.plot(xs, ys, ls=ls, label=text, marker=None if many else "o", ms=3, **style)
-        return first
+            drawn.append((xs, ys))
+        return drawn[0]
 
     ax = axes[0]
     for split in ("train", held):
@@ -145,7 +146,6 @@ def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: s
     scale = 100.0 if accs and max(accs) <= 1.0 else 1.0
     for split in ("train", held):
         xs, ys = draw(ax, f"{split}_acc", split, scale, **styles[split])
-        ys = [v * scale for v in ys]
         if split == held and ys:
             best = max(range(len(ys)), key=ys.__getitem__)
             ax.plot([xs[best]], [ys[best]], "*", color="tab:red", ms=12, zorder=5)
