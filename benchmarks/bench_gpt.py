@@ -75,14 +75,9 @@ def main() -> None:
             use_cache=True,
         )
 
-    # The decoder's matrices, stored (in, out) as tfam decodes with them (GPT.decoding_context);
-    # the tied embedding is the LM head's matrix, listed once; the position table is read by
-    # row, not multiplied.
-    matrices = [
-        p.detach().t().contiguous()
-        for name, p in model.named_parameters()
-        if p.ndim == 2 and name != "pos_embed"
-    ]
+    # The very matrices tfam decodes with (GPT.decoding_context: stored (in, out), seen as
+    # (out, in); the tied embedding listed once), as (in, out) for x @ W.
+    matrices = [w.t() for w in model._decoding_copies().values()]
     rows_in = {w.shape[0]: torch.randn(1, w.shape[0]) for w in matrices}
 
     def weight_reads() -> None:
