@@ -8,10 +8,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.torch import load_file
 
 import tfam
 from tfam.explain import FLOPS_PER_ELEMENT, ExplainTable, explain
 from tfam.models import count_parameters, create_config
+from tfam.models.base import WEIGHTS_NAME
 
 TOY = dict(image_size=(8, 12), patch_size=4, in_channels=1, dim=10, heads=2, depth=1, num_classes=3)
 
@@ -278,7 +280,7 @@ def _assert_unchanged(before: dict, model: torch.nn.Module) -> None:
         assert torch.equal(after["tensors"][name][0], value), f"{name} changed"
 
 
-REAL_UP_TO = 6_000_000  # presets up to this size are explained at full size, built for real
+REAL_UP_TO = 3_000_000  # presets up to this size (transformer_tiny) are built full size
 
 
 @pytest.mark.parametrize("name", tfam.list_models())
@@ -302,9 +304,10 @@ def test_explain_never_changes_the_model_it_is_given(name: str, tmp_path) -> Non
     table = explain(model)
     assert table.total_params == sum(p.numel() for p in model.parameters())
     _assert_unchanged(before, model)
-    model.save_pretrained(tmp_path)
-    loaded = tfam.from_pretrained(tmp_path)
-    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    model.save_pretrained(tmp_path)  # "Cannot copy out of meta tensor" when explain broke it
+    saved = load_file(tmp_path / WEIGHTS_NAME)  # tied weights are saved once, under one name
+    state = model.state_dict()
+    assert saved and all(torch.equal(t, state[k]) for k, t in saved.items())
 
 
 @pytest.mark.parametrize("name", tfam.list_models())
