@@ -168,10 +168,11 @@ def explain(
     ``model_or_name``: a built model, a preset or family name (``"vit_base_patch16_224"``,
     ``"vit"``) with config fields as ``overrides``, or a model directory from
     ``save_pretrained``. Names and directories are built on the meta device (instant, no
-    memory); a built model is never touched: its meta copy (:func:`~tfam.explain.trace.meta_copy`,
-    same modules and ties, no storage) is traced, and the total is checked against the
-    model's ``parameters()`` (a tied weight once). ``batch_size`` B scales the FLOPs and leads every shape. ``blocks='first'`` shows
-    block 1 in full and one summary row for blocks 2..N; ``'all'`` lists every block.
+    memory); a built model is never touched: its meta copy (same modules and ties, no
+    storage; :func:`~tfam.explain.trace.meta_copy`) is traced, and the total is checked
+    against the model's ``parameters()`` (a tied weight once). ``batch_size`` B scales the
+    FLOPs and leads every shape. ``blocks='first'`` shows block 1 in full and one summary row
+    for blocks 2..N; ``'all'`` lists every block.
 
     A bare :class:`~tfam.layers.TransformerStack` takes ``seq_len`` (and ``memory_len`` for a
     decoder) instead of overrides: ``explain(stack, seq_len=5, memory_len=7)`` is
@@ -250,5 +251,6 @@ def explain_stack(
     ]
     config = {"kind": stack.kind, "causal": stack.causal, "depth": len(stack.blocks), **env}
     rows = stack_rows(ex, stack, L, "Ls" if decoder else None)
-    return _table(stack, real, ex, rows, name=f"TransformerStack ({kind})", family="", config=config,
-                  batch_size=batch_size, header=header, sample="sequence")  # fmt: skip
+    return _table(stack, real, ex, rows, name=f"TransformerStack ({kind})", family="",
+                  config=config, batch_size=batch_size, header=header,
+                  sample="sequence")  # fmt: skip

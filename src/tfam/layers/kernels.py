@@ -96,7 +96,9 @@ class AttentionKernel(nn.Module, ABC):
 
     def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.name and register:
+        # Only a class that names itself registers: a variant inheriting its parent's name
+        # (a test's subclass) must not replace the parent in the registry.
+        if register and "name" in cls.__dict__ and cls.name:
             register_kernel(cls)
 
     @classmethod
