@@ -8,10 +8,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.torch import load_file
 
 import tfam
 from tfam.explain import FLOPS_PER_ELEMENT, ExplainTable, explain
-from tfam.models import count_parameters
+from tfam.models import count_parameters, create_config
+from tfam.models.base import WEIGHTS_NAME
 
 TOY = dict(image_size=(8, 12), patch_size=4, in_channels=1, dim=10, heads=2, depth=1, num_classes=3)
 
@@ -248,6 +250,87 @@ def test_explaining_a_real_model_leaves_it_unchanged() -> None:
         after[k].device.type == "cpu" and torch.equal(after[k], v) for k, v in before.items()
     )
     assert model.eval()(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+
+
+def _state(model: torch.nn.Module) -> dict:
+    """Everything explain must leave alone: each parameter and buffer under every name (ties
+    included, by identity) with its values, device, dtype and requires_grad; each module's
+    train/eval flag and hooks."""
+    tensors = [*model.named_parameters(remove_duplicate=False),
+               *model.named_buffers(remove_duplicate=False)]  # fmt: skip
+    return {
+        "tensors": {n: (t, t.device, t.dtype, t.requires_grad) for n, t in tensors},
+        "values": {n: t.detach().clone() for n, t in tensors if not t.is_meta},
+        "modules": [
+            (n, m, m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks))
+            for n, m in model.named_modules(remove_duplicate=False)
+        ],  # fmt: skip
+    }
+
+
+def _assert_unchanged(before: dict, model: torch.nn.Module) -> None:
+    after = _state(model)
+    assert after["modules"] == before["modules"]
+    assert after["tensors"].keys() == before["tensors"].keys()
+    for name, (t, device, dtype, grad) in before["tensors"].items():
+        now = after["tensors"][name]
+        assert now[0] is t, f"{name} was replaced"
+        assert now[1:] == (device, dtype, grad), f"{name}: {now[1:]} != {(device, dtype, grad)}"
+    for name, value in before["values"].items():
+        assert torch.equal(after["tensors"][name][0], value), f"{name} changed"
+
+
+REAL_UP_TO = 3_000_000  # presets up to this size (transformer_tiny) are built full size
+
+
+@pytest.mark.parametrize("name", tfam.list_models())
+def test_explain_never_changes_the_model_it_is_given(name: str, tmp_path) -> None:
+    """Every preset, built for real (full size when small, else shrunk like the preset
+    contract's small version, same family and ties), explained: every parameter and buffer
+    is the same tensor with the same values, device, dtype and requires_grad, every module
+    keeps its mode and hooks, the total is ``parameters()``'s count (a tied weight once), and
+    the model still saves and loads. Explaining ``transformer_tiny`` once left its shared
+    embedding on the meta device and counted it twice."""
+    small = {}
+    if count_parameters(name) > REAL_UP_TO:
+        config = create_config(name)
+        small = {"depth": min(config.depth, 2), "dim": 8 * config.heads, "ffn_dim": None}
+    torch.manual_seed(0)
+    model = tfam.create_model(name, **small).train()
+    # A mix of states that explain must not reset: one module in eval, one frozen weight.
+    list(model.modules())[1].eval()
+    next(model.parameters()).requires_grad_(False)
+    before = _state(model)
+    table = explain(model)
+    assert table.total_params == sum(p.numel() for p in model.parameters())
+    _assert_unchanged(before, model)
+    model.save_pretrained(tmp_path)  # "Cannot copy out of meta tensor" when explain broke it
+    saved = load_file(tmp_path / WEIGHTS_NAME)  # tied weights are saved once, under one name
+    state = model.state_dict()
+    assert saved and all(torch.equal(t, state[k]) for k, t in saved.items())
+
+
+@pytest.mark.parametrize("name", tfam.list_models())
+def test_explain_leaves_a_meta_model_alone(name: str) -> None:
+    """A full-size preset built on the meta device: same tensors, still meta, modes and hooks
+    kept, and the total is ``parameters()``'s count."""
+    with torch.device("meta"):
+        model = tfam.create_model(name)
+    before = _state(model)
+    assert explain(model).total_params == sum(p.numel() for p in model.parameters())
+    _assert_unchanged(before, model)
+
+
+def test_explain_stack_leaves_the_stack_alone() -> None:
+    from tfam.config import BaseConfig
+    from tfam.layers import TransformerStack
+
+    torch.manual_seed(0)
+    stack = TransformerStack(BaseConfig(dim=8, heads=2, depth=2), kind="decoder").train()
+    before = _state(stack)
+    table = explain(stack, seq_len=3, memory_len=4)
+    assert table.total_params == sum(p.numel() for p in stack.parameters())
+    _assert_unchanged(before, stack)
 
 
 def test_model_directory(tmp_path) -> None:

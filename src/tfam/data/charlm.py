@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tfam.data import sword
+import tfam.data.sword as sword  # the module, not the package face (which imports us)
 from tfam.data.text import TEXT_SPLITS, TextDatasetInfo, tfam_cache_dir
 from tfam.data.tokenizer import CharTokenizer, normalize_text
 from tfam.fileio import atomic_write_bytes

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from tfam.explain.blocks import stack_rows
 from tfam.explain.bricks import Explainer
 from tfam.explain.table import BLOCK_MODES, FLOP_NOTE, ExplainRow, ExplainTable
-from tfam.explain.trace import size_guard, trace
+from tfam.explain.trace import meta_copy, size_guard, trace
 from tfam.layers import TransformerStack
 from tfam.models.base import CONFIG_NAME, MODEL_CLASSES, TfamModel
 
@@ -84,7 +84,8 @@ def register_family(
 
 def _resolve_model(model_or_name: Any, overrides: dict[str, Any]) -> tuple[TfamModel, str]:
     """A model to trace and the name to show. Names and directories are built on the meta
-    device: no weights are allocated or loaded, so even the largest preset is instant."""
+    device: no weights are allocated or loaded, so even the largest preset is instant. A built
+    model is never traced itself: its meta copy is (same structure and ties, no storage)."""
     from tfam.config import BaseConfig
     from tfam.models.registry import PRESETS, create_config
 
@@ -95,7 +96,8 @@ def _resolve_model(model_or_name: Any, overrides: dict[str, Any]) -> tuple[TfamM
                 f"not to a built model; pass the name, e.g. "
                 f"explain('{model_or_name.config.family}', ...), or build the model with them"
             )
-        return model_or_name, f"{type(model_or_name).__name__} ({model_or_name.config.family})"
+        name = f"{type(model_or_name).__name__} ({model_or_name.config.family})"
+        return meta_copy(model_or_name), name
     if not isinstance(model_or_name, str | Path):
         raise ValueError(
             f"model_or_name={model_or_name!r} is invalid: expected a tfam model, a preset or "
@@ -130,11 +132,14 @@ def _check_view(batch_size: Any, blocks: Any) -> None:
         raise ValueError(f"blocks={blocks!r} is invalid: expected one of {BLOCK_MODES}")
 
 
-def _table(module: nn.Module, ex: Explainer, rows: list[ExplainRow], **fields: Any) -> ExplainTable:
-    """The table, once every parameter of ``module`` is claimed by exactly one step."""
+def _table(
+    module: nn.Module, real: int, ex: Explainer, rows: list[ExplainRow], **fields: Any
+) -> ExplainTable:
+    """The table, once every parameter of ``module`` (the traced copy) is claimed by exactly
+    one step and the total is ``real``, the caller's model's count (``parameters()`` counts
+    a tied weight once)."""
     ex.check_symbols(rows)
     total_params = sum(r.params for r in rows if r.level == 0)
-    real = sum(p.numel() for p in module.parameters())
     if total_params != real or len(ex.claimed) != len(dict.fromkeys(map(id, module.parameters()))):
         unclaimed = [n for n, p in module.named_parameters() if id(p) not in ex.claimed]
         raise RuntimeError(
@@ -163,9 +168,11 @@ def explain(
     ``model_or_name``: a built model, a preset or family name (``"vit_base_patch16_224"``,
     ``"vit"``) with config fields as ``overrides``, or a model directory from
     ``save_pretrained``. Names and directories are built on the meta device (instant, no
-    memory); a built model is traced with storage-less stand-ins for its weights and is left
-    unchanged. ``batch_size`` B scales the FLOPs and leads every shape. ``blocks='first'`` shows
-    block 1 in full and one summary row for blocks 2..N; ``'all'`` lists every block.
+    memory); a built model is never touched: its meta copy (same modules and ties, no
+    storage; :func:`~tfam.explain.trace.meta_copy`) is traced, and the total is checked
+    against the model's ``parameters()`` (a tied weight once). ``batch_size`` B scales the
+    FLOPs and leads every shape. ``blocks='first'`` shows block 1 in full and one summary row
+    for blocks 2..N; ``'all'`` lists every block.
 
     A bare :class:`~tfam.layers.TransformerStack` takes ``seq_len`` (and ``memory_len`` for a
     decoder) instead of overrides: ``explain(stack, seq_len=5, memory_len=7)`` is
@@ -177,6 +184,7 @@ def explain(
     if isinstance(model_or_name, TransformerStack):
         return explain_stack(model_or_name, batch_size=batch_size, blocks=blocks, **overrides)
     _check_view(batch_size, blocks)
+    real = model_or_name.num_parameters() if isinstance(model_or_name, TfamModel) else None
     model, name = _resolve_model(model_or_name, overrides)
     family = model.config.family
     if family not in FAMILIES:
@@ -188,7 +196,8 @@ def explain(
     with size_guard(f"the example input of {name}", model.config.to_dict()):
         args, kwargs = fam.inputs()
     ex = Explainer(trace(model, args, kwargs), fam.symbols(), blocks)
-    return _table(model, ex, fam.rows(ex), name=name, family=family,
+    real = model.num_parameters() if real is None else real
+    return _table(model, real, ex, fam.rows(ex), name=name, family=family,
                   config=model.config.to_dict(), batch_size=batch_size,
                   header=fam.header(name), sample=fam.sample)  # fmt: skip
 
@@ -218,6 +227,8 @@ def explain_stack(
         raise ValueError(f"memory_len={memory_len!r} is invalid: an encoder stack has no memory")
     if not stack.blocks:
         raise ValueError("the stack has no blocks: nothing to explain")
+    real = sum(p.numel() for p in stack.parameters())
+    stack = meta_copy(stack)  # the caller's stack is never traced, so never changed
     first = stack.blocks[0]
     L, d = ("Lt" if decoder else "L"), first.mhsa.dim
     env = {L: seq_len, "D": d, "H": first.mhsa.heads, "Dh": first.mhsa.head_dim}
@@ -240,5 +251,6 @@ def explain_stack(
     ]
     config = {"kind": stack.kind, "causal": stack.causal, "depth": len(stack.blocks), **env}
     rows = stack_rows(ex, stack, L, "Ls" if decoder else None)
-    return _table(stack, ex, rows, name=f"TransformerStack ({kind})", family="", config=config,
-                  batch_size=batch_size, header=header, sample="sequence")  # fmt: skip
+    return _table(stack, real, ex, rows, name=f"TransformerStack ({kind})", family="",
+                  config=config, batch_size=batch_size, header=header,
+                  sample="sequence")  # fmt: skip

@@ -4,9 +4,10 @@ exact counts (parameters, FLOPs of a Linear or a norm) that rows are made of."""
 from __future__ import annotations
 
 import ast
+import copy
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,15 +133,35 @@ def _describe(
 # ---------------------------------------------------------------------------------- tracing
 
 
+def meta_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` whose parameters and buffers are storage-less meta tensors of the
+    same shapes, dtypes and ``requires_grad``; ties are kept (a weight shared by two modules,
+    or one module reachable under two names, is one tensor in the copy too). The caller's
+    module is not touched: nothing is swapped into it, so even a failed trace cannot leave it
+    changed, and no weight is copied (a copy of any size costs no memory)."""
+    memo: dict[int, Any] = {}
+    for p in module.parameters():
+        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), p.requires_grad)
+    for b in module.buffers():
+        memo[id(b)] = torch.empty_like(b, device="meta")
+    # deepcopy with the memo filled in: every parameter and buffer maps to its meta stand-in
+    # (by identity, which keeps ties); the rest of the module (configs, flags) is copied.
+    return copy.deepcopy(module, memo)
+
+
 def trace(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Trace:
     """Run ``module(*args, **kwargs)`` on the meta device, recording every module's calls
-    (an attention kernel's are Q, K, V and its output). The module is left as it was (hooks
-    removed, train/eval flags restored, weights untouched); a real module runs with
-    storage-less stand-ins for its weights. A tensor too large for torch is a ValueError."""
-    from torch.func import functional_call
-
+    (an attention kernel's are Q, K, V and its output). ``module`` must hold meta tensors only
+    (built on the meta device, or :func:`meta_copy`); it is left as it was (hooks removed,
+    train/eval flags restored). A tensor too large for torch is a ValueError."""
     result = Trace()
     names = {m: n for n, m in module.named_modules()}
+    real = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if not t.is_meta]
+    if real:
+        raise ValueError(
+            f"module={type(module).__name__} is invalid for trace: {real[0]} is not on the meta "
+            "device; trace meta_copy(module)"
+        )
     running: list[tuple[nn.Module, tuple[Any, ...]]] = []
     training = {m: m.training for m in module.modules()}
 
@@ -167,15 +188,9 @@ def trace(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> T
             handles.append(m.register_forward_pre_hook(enter))
             handles.append(m.register_forward_hook(leave, with_kwargs=True))
         module.eval()  # dropout and drop-path are identities here; they cost nothing anyway
-        tensors = dict(module.named_parameters())
-        tensors.update(module.named_buffers())
-        run: Callable[[], Any] = lambda: module(*args, **kwargs)  # noqa: E731
-        if any(t.device.type != "meta" for t in tensors.values()):
-            meta = {k: torch.empty_like(t, device="meta") for k, t in tensors.items()}
-            run = lambda: functional_call(module, meta, args, kwargs)  # noqa: E731
         with torch.no_grad():
             try:
-                run()
+                module(*args, **kwargs)
             except (RuntimeError, TypeError) as error:
                 named = _overflow_error(error, *_describe(*running[-1], names)) if running else None
                 if named is None:

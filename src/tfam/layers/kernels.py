@@ -17,6 +17,18 @@ the model; its options are config data (``attention_options``): checked by
 Conventions on every kernel: a query row with no finite score (every key masked, or a bias row
 of -inf) yields zeros, never NaN, forward and backward; Q is scaled by 1/sqrt(Dh) before the
 product, so float16 scores do not overflow first; softmax runs in at least float32.
+
+Every kernel declares what it is (class attributes, checked when it registers):
+
+- ``exactness``: ``"exact"`` (equals ``math``), ``"pattern"`` (equals ``math`` under its own
+  sparsity pattern, :meth:`AttentionKernel.pattern_mask`, ANDed with the caller's mask) or
+  ``"approximate"`` (within ``error_bound`` of ``math``);
+- ``refuses``: the call features it does not compute (:data:`FEATURES`: masks, biases, causal,
+  caches, lengths, weights, dropout), each with the reason; such a call is one ValueError line
+  (:meth:`AttentionKernel.check_call`). A position acting as a bias on the scores (ALiBi) needs
+  ``bias``; positions added to the tokens or rotating Q and K reach no kernel.
+
+``tests/layers/test_kernel_contract.py`` checks every registered kernel by its declaration.
 """
 
 from __future__ import annotations
@@ -41,19 +53,144 @@ class NoOptions:
     """A kernel without options."""
 
 
+EXACTNESS = ("exact", "pattern", "approximate")
+
+# What a call may ask of a kernel, and so what a kernel may refuse (``refuses``).
+FEATURES: dict[str, str] = {
+    "key_mask": "a key-padding mask (broadcastable to (B, H, 1, Lk))",
+    "mask": "a mask that differs per query (broadcastable to (B, H, Lq, Lk), Lq > 1)",
+    "bias": "an additive bias on the scores (ALiBi, relative positions)",
+    "causal": "is_causal=True",
+    "lengths": "keys of another length than the queries (cross-attention, a cache)",
+    "cache": "a KV cache (incremental decoding)",
+    "need_weights": "returning the attention weights",
+    "dropout": "attention dropout (dropout_p > 0)",
+}
+# A kernel refusing the left feature refuses the right one too (a key mask is a mask; a cache
+# makes Lk differ from Lq).
+_IMPLIED = {"key_mask": "mask", "lengths": "cache"}
+
+
 class AttentionKernel(nn.Module, ABC):
     """Base of every kernel. A subclass sets ``name``, optionally an ``Options`` frozen
     dataclass (its fields are the kernel's options, with defaults), and implements
     :meth:`attend`. The KV cache is handled here: a kernel whose cache is not plain keys and
-    values (linear attention's running sums) overrides :meth:`forward`."""
+    values (linear attention's running sums) overrides :meth:`forward` and :meth:`new_cache`.
+
+    Its declaration (checked when it registers; the kernel contract tests hold it to it):
+
+    - ``exactness``: ``"exact"``, ``"pattern"`` (override :meth:`pattern_mask`) or
+      ``"approximate"`` (set ``error_bound``);
+    - ``error_bound``: for an approximate kernel, the largest absolute difference from
+      ``math``'s output it promises for q, k, v of standard-normal entries (float64);
+    - ``refuses``: {feature: why} for the :data:`FEATURES` it does not compute.
+
+    ``class K(AttentionKernel, register=False)`` defines a kernel without registering it
+    (:func:`register_kernel` does, later)."""
 
     name: ClassVar[str] = ""
     Options: ClassVar[type] = NoOptions
+    exactness: ClassVar[str] = "exact"
+    error_bound: ClassVar[float | None] = None
+    refuses: ClassVar[dict[str, str]] = {}
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.name:
-            ATTENTION_KERNELS[cls.name] = cls
+        # Only a class that names itself registers: a variant inheriting its parent's name
+        # (a test's subclass) must not replace the parent in the registry.
+        if register and "name" in cls.__dict__ and cls.name:
+            register_kernel(cls)
+
+    @classmethod
+    def check_declaration(cls) -> None:
+        """A ValueError (one line, naming the class) for a declaration the contract cannot
+        hold the kernel to."""
+        where = f"kernel {cls.__name__} (attention={cls.name!r})"
+        if cls.exactness not in EXACTNESS:
+            raise ValueError(
+                f"{where}: exactness={cls.exactness!r} is invalid: expected one of {EXACTNESS}"
+            )
+        bound = cls.error_bound
+        if cls.exactness == "approximate":
+            if not isinstance(bound, float | int) or isinstance(bound, bool) or not bound > 0:
+                raise ValueError(
+                    f"{where}: error_bound={bound!r} is invalid: an approximate kernel states "
+                    "a positive bound on |out - math|"
+                )
+        elif bound is not None:
+            raise ValueError(
+                f"{where}: error_bound={bound!r} is invalid: an {cls.exactness} kernel has none"
+            )
+        pattern = cls.pattern_mask is not AttentionKernel.pattern_mask
+        if pattern != (cls.exactness == "pattern"):
+            raise ValueError(
+                f"{where}: exactness={cls.exactness!r} "
+                + ("overrides pattern_mask" if pattern else "does not override pattern_mask")
+                + "; a kernel has a sparsity pattern exactly when its exactness is 'pattern'"
+            )
+        unknown = sorted(set(cls.refuses) - set(FEATURES))
+        if unknown:
+            raise ValueError(
+                f"{where}: refuses={unknown} is invalid: features are {', '.join(FEATURES)}"
+            )
+        for feature, implied in _IMPLIED.items():
+            if feature in cls.refuses and implied not in cls.refuses:
+                raise ValueError(
+                    f"{where}: refuses {feature!r} but not {implied!r}, which implies it"
+                )
+
+    @classmethod
+    def refusal(cls, feature: str) -> str | None:
+        """The one-line error for a call (or a config) asking ``feature`` of this kernel, or
+        None when the kernel computes it."""
+        if feature not in FEATURES:
+            raise ValueError(f"feature={feature!r} is invalid: expected one of {list(FEATURES)}")
+        if feature not in cls.refuses:
+            return None
+        takers = sorted(n for n, k in ATTENTION_KERNELS.items() if feature not in k.refuses)
+        return (
+            f"attention={cls.name!r} refuses {FEATURES[feature]}: {cls.refuses[feature]}; "
+            f"kernels that take it: {', '.join(takers) or 'none'}"
+        )
+
+    def check_call(
+        self,
+        q: Tensor,
+        k: Tensor,
+        mask: Tensor | None = None,
+        bias: Tensor | None = None,
+        is_causal: bool = False,
+        cache: Any = None,
+        dropout_p: float = 0.0,
+        need_weights: bool = False,
+    ) -> None:
+        """Raise the one-line ValueError of the first refused feature this call asks for.
+        ``k`` is the new keys (B, H, Lk_new, Dh); with a cache the keys are longer still."""
+        asked = (
+            ("mask", mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1),
+            ("key_mask", mask is not None),
+            ("bias", bias is not None),
+            ("causal", is_causal),
+            ("cache", cache is not None),
+            ("lengths", cache is not None or q.shape[-2] != k.shape[-2]),
+            ("need_weights", need_weights),
+            ("dropout", dropout_p > 0),
+        )
+        for feature, wanted in asked:
+            if wanted and feature in self.refuses:
+                raise ValueError(self.refusal(feature))
+
+    def pattern_mask(self, lq: int, lk: int, device: torch.device | None = None) -> Tensor:
+        """A pattern kernel's sparsity pattern: bool (Lq, Lk), True = computed, for queries at
+        the last Lq of Lk positions (bottom-right aligned, as causal). The kernel equals
+        ``math`` with this mask ANDed with the caller's."""
+        raise NotImplementedError(f"attention={self.name!r} is {self.exactness}: no pattern")
+
+    def new_cache(self, max_len: int) -> Any:
+        """The cache this kernel reads while decoding (keys and values: a KVCache)."""
+        from tfam.layers.cache import KVCache
+
+        return KVCache(max_len)
 
     def __init__(self, **options: Any) -> None:
         super().__init__()
@@ -103,6 +240,8 @@ class AttentionKernel(nn.Module, ABC):
         scale: float | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
+        if self.refuses:
+            self.check_call(q, k, mask, bias, is_causal, cache, dropout_p, need_weights)
         if cache is not None:
             k, v = cache.update(k, v)
         return self.attend(q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights)
@@ -121,6 +260,16 @@ class AttentionKernel(nn.Module, ABC):
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         """The kernel's computation on full keys and values (the cache already applied)."""
+
+
+def register_kernel(cls: type[AttentionKernel]) -> type[AttentionKernel]:
+    """Check ``cls``'s declaration and register it under ``cls.name`` (a subclass with a name
+    registers itself when defined; this is for one defined with ``register=False``)."""
+    if not (isinstance(cls, type) and issubclass(cls, AttentionKernel)) or not cls.name:
+        raise ValueError(f"cls={cls!r} is invalid: expected an AttentionKernel with a name")
+    cls.check_declaration()
+    ATTENTION_KERNELS[cls.name] = cls
+    return cls
 
 
 def build_kernel(name: str, options: dict[str, Any] | None = None) -> AttentionKernel:
@@ -243,6 +392,7 @@ class MathKernel(AttentionKernel):
     fastest at short sequences."""
 
     name = "math"
+    exactness = "exact"  # refuses nothing
 
     def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
         return math_attention(q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal)
@@ -258,6 +408,7 @@ class SDPAKernel(AttentionKernel):
     ``backend``: ``auto`` (torch picks) or one of math, flash, efficient, cudnn."""
 
     name = "sdpa"
+    exactness = "exact"  # refuses nothing
     Options = SDPAOptions
 
     @classmethod
@@ -290,6 +441,7 @@ class AutoKernel(AttentionKernel):
     asked for, come from ``math``."""
 
     name = "auto"
+    exactness = "exact"  # refuses nothing
     Options = AutoOptions
 
     @classmethod
@@ -305,6 +457,8 @@ class AutoKernel(AttentionKernel):
 
 
 __all__ = [
+    "EXACTNESS",
+    "FEATURES",
     "KERNELS",
     "AttentionKernel",
     "AutoKernel",
@@ -312,5 +466,6 @@ __all__ = [
     "SDPAKernel",
     "build_kernel",
     "math_attention",
+    "register_kernel",
     "sdpa_attention",
 ]

@@ -80,7 +80,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from tfam.training import distributed as D
+import tfam.training.distributed as D  # not via the package face, which imports us
 from tfam.training.batching import count_token_batches, dataset_lengths, token_batches
 from tfam.training.checkpoint import (
     find_checkpoint,
