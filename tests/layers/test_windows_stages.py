@@ -55,7 +55,7 @@ def test_merge_inverts_partition(grid, window, shift):
     windows, mask = part.partition(x, grid)
     nw = part.num_windows(grid)
     assert windows.shape == (2 * nw, window * window, 6)
-    assert (mask is None) == (shift == 0)
+    assert (mask is None) == (part.shift_for(grid) == 0)
     if mask is not None:
         assert mask.shape == (2 * nw, 1, window * window, window * window)
     assert torch.equal(part.merge(windows, grid), x)
@@ -87,6 +87,20 @@ def test_shifted_mask_is_swins_region_mask(grid, window, shift):
     # every window keeps the diagonal; the wrapped windows (last row or column) block pairs
     assert expected.diagonal(dim1=1, dim2=2).all()
     assert not expected[-1].all() and expected[0].all()
+
+
+def test_a_grid_of_one_window_is_not_shifted():
+    """Swin's rule: when a window spans the grid along an axis, there is no border to shift
+    across, so the block attends within plain windows."""
+    part, plain = WindowPartition(4, 2), WindowPartition(4)
+    for grid in ((4, 8), (3, 12), (4, 4)):
+        x = torch.randn(2, grid[0] * grid[1], 3)
+        assert part.shift_for(grid) == 0
+        windows, mask = part.partition(x, grid)
+        assert mask is None and part.region_mask(grid) is None
+        assert torch.equal(windows, plain.partition(x, grid)[0])
+        assert torch.equal(part.merge(windows, grid), x)
+    assert part.shift_for((5, 9)) == 2
 
 
 def block_mask(grid: tuple[int, int], ws: int, shift: int) -> Tensor:
@@ -246,3 +260,63 @@ def test_a_partitioned_block_needs_its_grid_and_refuses_a_cache():
         block(x)
     with pytest.raises(ValueError, match="queries=1 is invalid with a token_partition"):
         block(x, grid=(2, 2), queries=1)
+
+
+class TableBias(nn.Module):
+    """Swin's relative position bias, written out for this test (the Swin family brings its
+    own): a ((2Ws-1)^2, H) table read at each pair's (dy, dx), -> (H, Ws^2, Ws^2)."""
+
+    def __init__(self, table: Tensor, window: int) -> None:
+        super().__init__()
+        self.table, self.window = table, window
+
+    def forward(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        ws = self.window
+        y, x = q_pos // ws, q_pos % ws  # positions 0..Ws^2-1 inside the window, row-major
+        dy = y[:, None] - (k_pos // ws)[None, :] + ws - 1
+        dx = x[:, None] - (k_pos % ws)[None, :] + ws - 1
+        return self.table[dy * (2 * ws - 1) + dx].permute(2, 0, 1)
+
+
+@pytest.mark.parametrize("grid", [(16, 16), (18, 18), (16, 20)])
+def test_stage_stack_is_hugging_face_swin_encoder(grid):
+    """The bricks carry Swin as Hugging Face computes it: windows, shifted windows with their
+    mask (and no shift on a grid of one window: the last stage of (16, 16)), padding of the
+    grid to whole windows (18 x 18 -> 20 x 20), patch merging of an odd grid (9 x 9), with a
+    per-layer bias table given to each block's attention."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.swin.modeling_swin import SwinEncoder
+
+    ws = 4
+    hf_config = transformers.SwinConfig(
+        embed_dim=16, depths=[2, 2, 2], num_heads=[2, 4, 8], window_size=ws, layer_norm_eps=1e-5
+    )
+    hf_config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    hf = SwinEncoder(hf_config, grid).eval()
+    with torch.no_grad():  # scores stay moderate: Hugging Face masks with -100, not -inf
+        for p in hf.parameters():
+            p.copy_(torch.randn(p.shape) * 0.2)
+    config = BaseConfig(dim=16, heads=2, norm_eps=1e-5)
+    ours = StageStack(config, [StageSpec(16 << i, 2 << i, 2, ws, shift=True) for i in range(3)])
+    ours = ours.eval()
+    with torch.no_grad():
+        for block, theirs in zip(ours.blocks, [b for s in hf.layers for b in s.blocks]):
+            block.norm1.load_state_dict(theirs.layernorm_before.state_dict())
+            block.norm2.load_state_dict(theirs.layernorm_after.state_dict())
+            att = theirs.attention
+            projections = (att.q_proj, att.k_proj, att.v_proj)
+            block.mhsa.qkv.weight.copy_(torch.cat([p.weight for p in projections]))
+            block.mhsa.qkv.bias.copy_(torch.cat([p.bias for p in projections]))
+            block.mhsa.out_proj.load_state_dict(att.o_proj.state_dict())
+            block.mlp.fc1.load_state_dict(theirs.mlp.fc1.state_dict())
+            block.mlp.fc2.load_state_dict(theirs.mlp.fc2.state_dict())
+            table = att.relative_position_bias.relative_position_bias_table
+            block.mhsa.bias_provider = TableBias(table, ws)
+        for stage, theirs in zip(ours.stages[1:], hf.layers[:-1]):
+            stage.downsample.load_state_dict(theirs.downsample.state_dict())
+        x = torch.randn(2, grid[0] * grid[1], 16)
+        expected = hf(x, grid).last_hidden_state
+        out, last, _ = ours(x, grid)
+    assert last == ours.grids(grid)[-1] and out.shape == expected.shape
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

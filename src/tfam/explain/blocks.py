@@ -31,7 +31,8 @@ def partition_rows(
     the attention over ``group`` tokens per window (the windows join the batch axis), merge."""
     t, part = ex.trace, blk.token_partition
     tokens, windows = t.call(blk).inputs[0], t.call(blk.mhsa).inputs[0]
-    shift = getattr(part, "shift", 0)
+    # A shifted partition brings its region mask; on a grid of one window it does not shift.
+    shift = getattr(part, "shift", 0) if "mask" in t.call(blk.mhsa).kwargs else 0
     nw = windows[0] // tokens[0]
     what = "window" if isinstance(part, WindowPartition) else "token"
     note = (

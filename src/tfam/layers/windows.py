@@ -14,7 +14,9 @@ object with those two methods is a partition (:class:`TokenPartition`).
   that are not neighbours in the image, and a mask keeps those regions apart (Swin's
   attention mask: per axis, the rolled map splits into [0, Hp - Ws), [Hp - Ws, Hp - shift),
   [Hp - shift, Hp), and two tokens may attend to each other when they share both regions);
-- ``merge`` reverses it: windows -> map, roll by (+shift, +shift), padding removed.
+- ``merge`` reverses it: windows -> map, roll by (+shift, +shift), padding removed;
+- a grid no larger than one window along either axis (min(Hg, Wg) <= Ws) is not shifted: there
+  is no window border to straddle along that axis (Swin's rule, applied per input).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def _check_grid(x: Tensor, grid: tuple[int, int]) -> tuple[int, int]:
 
 class WindowPartition(nn.Module):
     """Non-overlapping ``window`` x ``window`` windows, cyclically shifted by ``shift`` tokens
-    along both axes (0: regular windows; Swin shifts every second block by window // 2).
+    along both axes (0: regular windows; Swin shifts every second block by window // 2), when
+    the grid is larger than one window along both axes.
 
     partition: x (B, Hg*Wg, D) -> windows (B*nW, Ws*Ws, D), windows of one image contiguous,
     row-major over the padded grid (Hp, Wp) = multiples of Ws; mask None without shift,
@@ -72,6 +75,10 @@ class WindowPartition(nn.Module):
 
     def extra_repr(self) -> str:
         return f"window={self.window}, shift={self.shift}"
+
+    def shift_for(self, grid: tuple[int, int]) -> int:
+        """The shift used on ``grid``: 0 when min(Hg, Wg) <= window (Swin's rule)."""
+        return self.shift if min(grid) > self.window else 0
 
     def padded_grid(self, grid: tuple[int, int]) -> tuple[int, int]:
         """(Hg, Wg) rounded up to multiples of the window: (Hp, Wp)."""
@@ -94,10 +101,11 @@ class WindowPartition(nn.Module):
     ) -> Tensor | None:
         """Shifted windows: (nW, Ws*Ws, Ws*Ws), True where both tokens come from the same
         region of the rolled map; None without shift."""
-        if not self.shift:
+        s = self.shift_for(grid)
+        if not s:
             return None
         hp, wp = self.padded_grid(grid)
-        ws, s = self.window, self.shift
+        ws = self.window
 
         def regions(n: int) -> Tensor:  # 0, 1, 2 along one axis of the rolled map
             i = torch.arange(n, device=device)
@@ -115,8 +123,9 @@ class WindowPartition(nn.Module):
         x = x.reshape(b, hg, wg, d)
         if (hp, wp) != (hg, wg):
             x = F.pad(x, (0, 0, 0, wp - wg, 0, hp - hg))  # zeros below and to the right
-        if self.shift:
-            x = torch.roll(x, shifts=(-self.shift, -self.shift), dims=(1, 2))
+        shift = self.shift_for((hg, wg))
+        if shift:
+            x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
         windows = self._cut(x, hp, wp)
         mask = self.region_mask((hg, wg), x.device)
         if mask is not None:  # the same mask for every image: windows are image-major
@@ -136,8 +145,9 @@ class WindowPartition(nn.Module):
             )
         b = windows.shape[0] // nw
         x = windows.reshape(b, hp // ws, wp // ws, ws, ws, d).transpose(2, 3).reshape(b, hp, wp, d)
-        if self.shift:
-            x = torch.roll(x, shifts=(self.shift, self.shift), dims=(1, 2))
+        shift = self.shift_for(grid)
+        if shift:
+            x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
         if (hp, wp) != (hg, wg):
             x = x[:, :hg, :wg]
         return x.reshape(b, hg * wg, d)
