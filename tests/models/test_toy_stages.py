@@ -27,7 +27,7 @@ from tfam.explain.bricks import Explainer
 from tfam.explain.table import ExplainRow
 from tfam.explain.trace import linear_flops, norm_flops, numel
 from tfam.layers import PatchEmbed, StageSpec, StageStack, make_norm
-from tfam.models import MODEL_CLASSES, TfamModel, create_config
+from tfam.models import MODEL_CLASSES, TfamModel, count_parameters, create_config
 
 FAMILY = "toy_stages"
 
@@ -270,6 +270,15 @@ def test_explain_describes_stages_and_merging(blocks):
         assert [r.block for r in summaries] == ["1.2..2", "2.2..2"]
     text = str(table)
     assert "window partition" in text and "patch merging" in text
+
+
+def test_builds_on_meta_and_explain_by_name_totals_match():
+    with torch.device("meta"):
+        model = tfam.create_model(FAMILY, window=3)
+    assert all(p.device.type == "meta" for p in model.parameters())
+    total = count_parameters(FAMILY, window=3)
+    assert total == model.num_parameters() == toy().num_parameters() > 0
+    assert tfam.explain(FAMILY, window=3).total_params == total
 
 
 def test_explain_leaves_the_model_alone():
