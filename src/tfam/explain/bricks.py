@@ -128,11 +128,17 @@ def _projection_rows(
 
 
 def attention_rows(
-    ex: Explainer, mha: nn.Module, block: str, step: str, lq: str, lk: str | None = None
+    ex: Explainer,
+    mha: nn.Module,
+    block: str,
+    step: str,
+    lq: str,
+    lk: str | None = None,
+    masked: str = "padding",
 ) -> list[ExplainRow]:
     """A MultiHeadAttention row and its sub-steps. ``lk`` None: self-attention over the
     ``lq`` tokens; otherwise cross-attention, queries from ``lq`` tokens, keys and values from
-    ``lk`` context tokens, scores ``lq x lk`` per head."""
+    ``lk`` context tokens, scores ``lq x lk`` per head. ``masked``: what a mask hides."""
     call, k = ex.trace.call(mha), ex.trace.kernel(mha)
     x, out = call.inputs[0], call.output
     b, heads, nq, dh = k.q
@@ -154,7 +160,7 @@ def attention_rows(
     if causal:
         score_note += "; causal: no weight on the keys after the query's own position"
     elif "mask" in call.kwargs:
-        score_note += "; masked: no weight on the keys the mask hides (padding)"
+        score_note += f"; masked: no weight on the keys the mask hides ({masked})"
     if causal or "mask" in call.kwargs:
         score_note += ", counted dense as the kernels compute them"
     if cross:
@@ -223,4 +229,36 @@ def mlp_rows(ex: Explainer, mlp: nn.Module, block: str, step: str, L: str) -> li
     )
     row = ExplainRow(step, x, out, f"{L} x D", f"{L} x D", params, sum(r.flops for r in subs),
                      block, note=note)  # fmt: skip
+    return [row, *subs]
+
+
+def patch_merging_rows(
+    ex: Explainer, down: nn.Module, block: str, src: tuple[str, str], dst: tuple[str, str]
+) -> list[ExplainRow]:
+    """A PatchMerging row and its sub-steps, from ``src`` = (tokens, width) symbols to
+    ``dst``: 2 x 2 neighbours concatenated, normalised, projected (Swin's down-sampling)."""
+    t = ex.trace
+    call, norm = t.call(down), t.call(down.norm)
+    x, concat, out = call.inputs[0], norm.inputs[0], call.output
+    (n0, d0), (n1, d1) = src, dst
+    wide = f"{n1} x (4*{d0})"
+    pad = 4 * concat[1] != x[1]
+    subs = [
+        ExplainRow("concat 2 x 2 neighbours", x, concat, f"{n0} x {d0}", wide, 0, 0, block, 1,
+                   "each token of the new grid holds its 2 x 2 group's four D-vectors: "
+                   "x[2i, 2j], x[2i+1, 2j], x[2i, 2j+1], x[2i+1, 2j+1]"
+                   + ("; an odd grid is padded with zero tokens first" if pad else "")),
+        ExplainRow("LN", concat, concat, wide, wide, param_count(down.norm),
+                   norm_flops(down.norm, concat), block, 1),
+        ExplainRow(f"reduction (4*{d0} -> {d1})", concat, out, wide, f"{n1} x {d1}",
+                   param_count(down.reduction), linear_flops(down.reduction, concat), block, 1,
+                   "Linear without bias"),
+    ]  # fmt: skip
+    params = ex.claim(f"block {block} patch merging", down)
+    if params != sum(r.params for r in subs):
+        raise RuntimeError("the patch merging has parameters explain does not know")
+    row = ExplainRow("patch merging", x, out, f"{n0} x {d0}", f"{n1} x {d1}", params,
+                     sum(r.flops for r in subs), block,
+                     note="down-sampling between stages: a 2 x 2 group of tokens -> one token, "
+                     "half the grid's height and width")  # fmt: skip
     return [row, *subs]

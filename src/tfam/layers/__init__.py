@@ -22,6 +22,8 @@ from tfam.layers.position import (
     sincos_2d_table,
     sinusoidal_table,
 )
+from tfam.layers.stages import PatchMerging, Stage, StageSpec, StageStack
+from tfam.layers.windows import TokenPartition, WindowPartition
 
 __all__ = [
     "KERNELS",
@@ -39,8 +41,13 @@ __all__ = [
     "LayerNorm",
     "MultiHeadAttention",
     "PatchEmbed",
+    "PatchMerging",
     "RMSNorm",
     "StackCache",
+    "Stage",
+    "StageSpec",
+    "StageStack",
+    "TokenPartition",
     "TransformerStack",
     "build_kernel",
     "causal_mask",
@@ -54,4 +61,5 @@ __all__ = [
     "sincos_2d_table",
     "sinusoidal_table",
     "window_mask",
+    "WindowPartition",
 ]

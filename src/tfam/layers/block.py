@@ -15,6 +15,7 @@ from tfam.config import BaseConfig
 from tfam.layers.attention import MultiHeadAttention
 from tfam.layers.cache import StackCache
 from tfam.layers.feedforward import FeedForward
+from tfam.layers.masks import combine
 from tfam.layers.norm import make_norm
 from tfam.layers.position import ALiBi, RotaryEmbedding
 
@@ -59,6 +60,13 @@ class EncoderBlock(nn.Module):
     a key and a value: (B, L, D) -> (B, n, D), weights (B, H, n, L). Those rows are the same as
     in the full output: each token's row depends on the others only through K and V. A ViT that
     reads [CLS] alone runs its last block this way and skips almost all of that block's work.
+
+    ``token_partition`` (optional, see :class:`~tfam.layers.windows.TokenPartition`; None by
+    default) regroups the tokens around self-attention: the attention runs on
+    ``partition(x, grid)`` (Swin's windows (B*nW, Ws*Ws, D), with its own mask), its output is
+    put back by ``merge``, the MLP and residuals see the tokens as they were. ``forward`` then
+    takes ``grid`` (Hg, Wg), mask and bias are in the partition's layout and the weights are
+    the partition's, (B*nW, H, Ws*Ws, Ws*Ws) for windows.
     """
 
     def __init__(self, config: BaseConfig, drop_path: float | None = None) -> None:
@@ -71,6 +79,34 @@ class EncoderBlock(nn.Module):
         self.mlp = FeedForward(c)
         self.mlp_dropout = nn.Dropout(c.dropout)
         self.drop_path = DropPath(c.drop_path if drop_path is None else drop_path)
+        self.token_partition: nn.Module | None = None
+
+    def _attend_partitioned(
+        self,
+        h: Tensor,
+        grid: tuple[int, int] | None,
+        mask: Tensor | None,
+        bias: Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Self-attention within the token partition's groups (windows), merged back."""
+        if grid is None:
+            raise ValueError(
+                "grid=None is invalid: a block with a token_partition needs the token grid "
+                "(height, width)"
+            )
+        part = self.token_partition
+        assert part is not None
+        groups, own = part.partition(h, grid)
+        z, weights = self.mhsa(
+            groups,
+            mask=combine(mask, own),
+            bias=bias,
+            is_causal=is_causal,
+            need_weights=need_weights,
+        )
+        return part.merge(z, grid), weights
 
     def _attend(
         self,
@@ -82,10 +118,19 @@ class EncoderBlock(nn.Module):
         positions: Tensor | None,
         need_weights: bool,
         queries: int | None,
+        grid: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The self-attention sub-layer with its residual (and post-norm)."""
         h = self.norm1(x) if self.norm_first else x
-        if queries is None:
+        if self.token_partition is not None:
+            if queries is not None or cache is not None:
+                what = f"queries={queries!r}" if queries is not None else "a cache"
+                raise ValueError(
+                    f"{what} is invalid with a token_partition: each group attends as a whole "
+                    "(no subset of queries, no incremental decoding)"
+                )
+            z, weights = self._attend_partitioned(h, grid, mask, bias, is_causal, need_weights)
+        elif queries is None:
             z, weights = self.mhsa(
                 h,
                 mask=mask,
@@ -126,12 +171,14 @@ class EncoderBlock(nn.Module):
         is_causal: bool = False,
         cache: Any = None,
         positions: Tensor | None = None,
+        grid: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, L, D) -> (B, L, D), or (B, queries, D) with ``queries``; weights or None.
-        ``cache``: this block's :class:`~tfam.layers.cache.LayerCache` when decoding."""
+        ``cache``: this block's :class:`~tfam.layers.cache.LayerCache` when decoding.
+        ``grid`` (Hg, Wg), L = Hg * Wg: read by the ``token_partition`` only."""
         self_cache = None if cache is None else cache.self_attn
         x, weights = self._attend(
-            x, mask, bias, is_causal, self_cache, positions, need_weights, queries
+            x, mask, bias, is_causal, self_cache, positions, need_weights, queries, grid
         )
         return self._feed_forward(x), weights
 
