@@ -178,7 +178,7 @@ def test_sincos2d_survives_save_load_and_dtype(rng, tmp_path):
     loaded = tfam.from_pretrained(tmp_path).eval()
     assert torch.equal(loaded(x), model(x))
     # The table follows the model's dtype like any buffer.
-    assert model.double().pos_table.dtype == torch.float64
+    assert model.double().position.table.dtype == torch.float64
 
 
 def test_sincos2d_needs_dim_divisible_by_4():

@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
 from tfam.generation import DecodingState, GenerationMixin
-from tfam.layers import TransformerStack, make_norm, pad_token_mask, sinusoidal_table
+from tfam.layers import TransformerStack, make_norm, pad_token_mask
+from tfam.layers.position import TokenPositions, build_position
 from tfam.models.base import TfamModel
 from tfam.models.registry import register_preset
 
@@ -35,7 +36,9 @@ class TransformerConfig(BaseConfig):
     ``vocab_size`` is the joint (source and target) vocabulary of one tokenizer."""
 
     family: ClassVar[str] = "transformer"
-    positions: ClassVar[tuple[str, ...]] = ("sinusoidal", "learned")
+    # Tables added to the tokens of a sequence ("sinusoidal", the paper's; "learned").
+    position_acts: ClassVar[tuple[str, ...]] = ("tokens",)
+    position_domains: ClassVar[tuple[str, ...]] = ("sequence", "any")
 
     dim: int = 512
     depth: int = 6
@@ -79,32 +82,31 @@ class TransformerConfig(BaseConfig):
 
 
 class TokenEmbedding(nn.Module):
-    """Token ids (B, L) -> (B, L, D): lookup x sqrt(D) + position table, then dropout."""
+    """Token ids (B, L) -> (B, L, D): lookup x sqrt(D) + position (the scheme of
+    ``config.position``; a learned table is this module's ``pos_embed``), then dropout."""
 
     def __init__(self, config: TransformerConfig, tokens: nn.Embedding) -> None:
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(config.dim) if config.scale_embeddings else 1.0
         self.max_positions = config.max_positions
-        if config.position == "sinusoidal":
-            table = sinusoidal_table(config.max_positions, config.dim)
-            self.register_buffer("pos_table", table, persistent=False)
-            self.pos_embed = None
-        else:
-            self.pos_table = None
-            self.pos_embed = nn.Parameter(torch.zeros(config.max_positions, config.dim))
+        self.position = build_position(config, length=config.max_positions)
+        self.pos_embed = self.position.make_table()  # (max_positions, D) when learned
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        end = offset + ids.shape[1]
+    def forward(self, ids: Tensor, positions: TokenPositions | None = None) -> Tensor:
+        """ids (B, L) -> (B, L, D); ``positions`` default ``0..L-1`` (after a cache: its
+        offset)."""
+        if positions is None:
+            positions = TokenPositions(0, ids.shape[1])
+        end = positions.offset + positions.length
         if end > self.max_positions:
             raise ValueError(
                 f"the sequence needs {end} positions; this model has max_positions="
                 f"{self.max_positions} (shorten the input or truncate it)"
             )
-        table = self.pos_table if self.pos_table is not None else self.pos_embed
-        x = self.tokens(ids) * self.scale + table[offset:end].to(self.tokens.weight.dtype)
-        return self.dropout(x)
+        x = self.tokens(ids) * self.scale
+        return self.dropout(self.position.add(x, positions, self.pos_embed))
 
 
 class Transformer(GenerationMixin, TfamModel):
@@ -165,7 +167,13 @@ class Transformer(GenerationMixin, TfamModel):
             if src_mask is not None
             else pad_token_mask(src_ids, self.config.pad_token_id)
         )
-        x, weights = self.encoder(self.src_embed(src_ids), mask=mask, need_weights=return_attention)
+        positions = TokenPositions(0, src_ids.shape[1])
+        x, weights = self.encoder(
+            self.src_embed(src_ids, positions),
+            mask=mask,
+            positions=positions,
+            need_weights=return_attention,
+        )
         return self.encoder_norm(x), mask, weights
 
     def decode(
@@ -182,8 +190,8 @@ class Transformer(GenerationMixin, TfamModel):
         Without ``tgt_mask``, ids equal to ``pad_token_id`` are masked when ``mask_padding``
         (decoding passes False: its target holds no padding that later tokens may not see)."""
         self.check_ids(tgt_ids, "tgt_ids")
-        offset = cache.position if cache is not None else 0
-        x = self.tgt_embed(tgt_ids, offset)
+        positions = TokenPositions(cache.position if cache is not None else 0, tgt_ids.shape[1])
+        x = self.tgt_embed(tgt_ids, positions)
         self_mask = None
         if tgt_mask is not None:
             self_mask = tgt_mask[:, None, None, :].bool()
@@ -195,6 +203,7 @@ class Transformer(GenerationMixin, TfamModel):
             memory=memory,
             memory_mask=memory_mask,
             cache=cache,
+            positions=positions,
             need_weights=return_attention,
         )
         return self.lm_head(self.decoder_norm(x)), weights
