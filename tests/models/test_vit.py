@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import tfam
 from tfam.layers.position import sincos_2d_table
-from tfam.models import ViT, count_parameters
+from tfam.models import AttentionWeights, ViT, count_parameters
 
 TINY = dict(image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=2, heads=2)
 
@@ -224,7 +224,7 @@ def test_return_attention(rng, attention, class_token):
         logits = model(x)
         logits_w, attentions = model(x, return_attention=True)
     length = (1 if class_token else 0) + 4
-    assert isinstance(attentions, list) and len(attentions) == 3
+    assert isinstance(attentions, AttentionWeights) and len(attentions) == 3
     for a in attentions:
         assert a.shape == (2, 2, length, length)
         torch.testing.assert_close(a.sum(-1), torch.ones(2, 2, length))

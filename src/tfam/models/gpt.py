@@ -30,7 +30,7 @@ from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
 from tfam.generation import DecodingState, GenerationMixin
 from tfam.layers import TransformerStack, make_norm
 from tfam.layers.position import TokenPositions, build_position
-from tfam.models.base import TfamModel
+from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
 
@@ -179,28 +179,40 @@ class GPT(GenerationMixin, TfamModel):
         )
         return self.norm(x), weights
 
-    def forward_features(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    def forward_features(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """input_ids (B, L), attention_mask (B, L) -> final-normed hidden states (B, L, D)
-        (Hugging Face's ``last_hidden_state``)."""
+        (Hugging Face's ``last_hidden_state``) [, :class:`AttentionWeights`: "decoder",
+        N x (B, H, L, L)]."""
         self.check_ids(input_ids)
-        return self._hidden(input_ids, self._check_mask(attention_mask, input_ids))[0]
+        mask = self._check_mask(attention_mask, input_ids)
+        x, weights = self._hidden(input_ids, mask, need_weights=return_attention)
+        if return_attention:
+            return x, AttentionWeights("decoder", decoder=weights or [])
+        return x
+
+    def forward_head(self, hidden: Tensor) -> Tensor:
+        """Final-normed hidden states (B, L, D) -> next-token logits (B, L, V)."""
+        return self.lm_head(hidden)
 
     def forward(
         self,
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """input_ids (B, L) -> logits (B, L, V): at position i, the scores of token i + 1.
         ``attention_mask`` (B, L), True/1 = real token (left padding; positions start at each
-        row's first real token). With ``return_attention`` also N x (B, H, L, L) weights."""
-        self.check_ids(input_ids)
-        mask = self._check_mask(attention_mask, input_ids)
-        x, weights = self._hidden(input_ids, mask, need_weights=return_attention)
-        logits = self.lm_head(x)
+        row's first real token). With ``return_attention`` also :class:`AttentionWeights`
+        ("decoder", N x (B, H, L, L)). The same as ``forward_head(forward_features(...))``."""
         if return_attention:
-            return logits, weights or []
-        return logits
+            hidden, weights = self.forward_features(input_ids, attention_mask, True)
+            return self.forward_head(hidden), weights
+        return self.forward_head(self.forward_features(input_ids, attention_mask))
 
     # -- decoding (tfam.generation) --------------------------------------------------------
     def prepare_decoding(

@@ -26,7 +26,7 @@ from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
 from tfam.generation import DecodingState, GenerationMixin
 from tfam.layers import TransformerStack, make_norm, pad_token_mask
 from tfam.layers.position import TokenPositions, build_position
-from tfam.models.base import TfamModel
+from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
 
@@ -176,7 +176,7 @@ class Transformer(GenerationMixin, TfamModel):
         )
         return self.encoder_norm(x), mask, weights
 
-    def decode(
+    def decode_hidden(
         self,
         tgt_ids: Tensor,
         memory: Tensor | None,
@@ -186,7 +186,8 @@ class Transformer(GenerationMixin, TfamModel):
         return_attention: bool = False,
         mask_padding: bool = True,
     ) -> tuple[Tensor, list[Any] | None]:
-        """(B, Lt) target ids (the new ones when cached) -> logits (B, Lt, V), weights.
+        """(B, Lt) target ids (the new ones when cached) -> decoder hidden states after the
+        final norm (B, Lt, D), weights (per block: (self, cross) or None).
         Without ``tgt_mask``, ids equal to ``pad_token_id`` are masked when ``mask_padding``
         (decoding passes False: its target holds no padding that later tokens may not see)."""
         self.check_ids(tgt_ids, "tgt_ids")
@@ -206,7 +207,55 @@ class Transformer(GenerationMixin, TfamModel):
             positions=positions,
             need_weights=return_attention,
         )
-        return self.lm_head(self.decoder_norm(x)), weights
+        return self.decoder_norm(x), weights
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor | None,
+        tgt_mask: Tensor | None = None,
+        cache: Any = None,
+        return_attention: bool = False,
+        mask_padding: bool = True,
+    ) -> tuple[Tensor, list[Any] | None]:
+        """:meth:`decode_hidden`, then the LM head: -> logits (B, Lt, V), weights."""
+        hidden, weights = self.decode_hidden(
+            tgt_ids, memory, memory_mask, tgt_mask, cache, return_attention, mask_padding
+        )
+        return self.forward_head(hidden), weights
+
+    def forward_features(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        """The features of an encoder–decoder are the decoder's: src_ids (B, Ls) are encoded,
+        tgt_ids (B, Lt) (the target shifted right) decoded over them -> decoder hidden states
+        after the final norm (B, Lt, D). Masks as in :meth:`forward`. With ``return_attention``
+        also :class:`AttentionWeights`: main "decoder" (self-attention, N x (B, H, Lt, Lt)),
+        "encoder" (N x (B, H, Ls, Ls)) and "cross" (N x (B, H, Lt, Ls))."""
+        memory, memory_mask, enc_w = self.encode(src_ids, src_mask, return_attention)
+        hidden, dec_w = self.decode_hidden(
+            tgt_ids, memory, memory_mask, tgt_mask, None, return_attention
+        )
+        if return_attention:
+            pairs = dec_w or []
+            weights = AttentionWeights(
+                "decoder",
+                encoder=enc_w or [],
+                decoder=[s for s, _ in pairs],
+                cross=[c for _, c in pairs],
+            )
+            return hidden, weights
+        return hidden
+
+    def forward_head(self, hidden: Tensor) -> Tensor:
+        """The LM projection: decoder hidden states (B, Lt, D) -> logits (B, Lt, V)."""
+        return self.lm_head(hidden)
 
     def forward(
         self,
@@ -215,17 +264,16 @@ class Transformer(GenerationMixin, TfamModel):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, dict[str, list[Any]]]:
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """src_ids (B, Ls), tgt_ids (B, Lt) (the target shifted right: <bos> y1 ... ) ->
         logits (B, Lt, V) of the next target token at each position. Masks (B, L), True = real
         token; by default every id equal to ``pad_token_id`` is padding. With
-        ``return_attention`` also {"encoder": N x (B, H, Ls, Ls), "decoder": N x (self
-        (B, H, Lt, Lt), cross (B, H, Lt, Ls))}."""
-        memory, memory_mask, enc_w = self.encode(src_ids, src_mask, return_attention)
-        logits, dec_w = self.decode(tgt_ids, memory, memory_mask, tgt_mask, None, return_attention)
+        ``return_attention`` also :class:`AttentionWeights` (see :meth:`forward_features`).
+        The same as ``forward_head(forward_features(...))``."""
         if return_attention:
-            return logits, {"encoder": enc_w or [], "decoder": dec_w or []}
-        return logits
+            hidden, weights = self.forward_features(src_ids, tgt_ids, src_mask, tgt_mask, True)
+            return self.forward_head(hidden), weights
+        return self.forward_head(self.forward_features(src_ids, tgt_ids, src_mask, tgt_mask))
 
     # -- decoding (tfam.generation) --------------------------------------------------------
     def prepare_decoding(

@@ -30,7 +30,7 @@ from tfam.config import (
 )
 from tfam.layers import PatchEmbed, TransformerStack, make_norm, resample_pos_embed
 from tfam.layers.position import build_position
-from tfam.models.base import TfamModel
+from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
 
@@ -162,12 +162,14 @@ class ViT(TfamModel):
 
     def forward_features(
         self, x: Tensor, return_attention: bool = False
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """(B, C, H, W) -> tokens after the final norm (B, prefix + N, D)
-        [, per block attention weights (B, H, prefix + N, prefix + N)]."""
+        [, :class:`AttentionWeights`: "encoder", depth x (B, H, prefix + N, prefix + N)]."""
         tokens, weights = self.encoder(self.embed(x), need_weights=return_attention)
         tokens = self.norm(tokens)
-        return (tokens, weights) if return_attention else tokens
+        if return_attention:
+            return tokens, AttentionWeights("encoder", encoder=weights or [])
+        return tokens
 
     def forward_head(self, tokens: Tensor, pre_logits: bool = False) -> Tensor:
         """(B, L, D) -> pooled (B, D) -> logits (B, num_classes)."""
@@ -180,8 +182,9 @@ class ViT(TfamModel):
 
     def forward(
         self, x: Tensor, return_attention: bool = False
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """x (B, C, H, W) -> logits (B, num_classes) [, list of depth x (B, H, L, L)].
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        """x (B, C, H, W) -> logits (B, num_classes) [, :class:`AttentionWeights`: "encoder",
+        depth x (B, H, L, L)].
 
         The same as ``forward_head(forward_features(x))``. With ``pool='cls'`` the head reads
         [CLS] alone, so the last block computes that one row (its keys and values still come
