@@ -6,8 +6,9 @@ field, the value and what would be valid.
 This module imports nothing of tfam. Each family's config subclasses :class:`BaseConfig` in the
 family's own file (``ViTConfig`` in ``tfam/models/vit.py``) and registers itself by its
 ``family`` name. Bricks that a config names by string register themselves here too: attention
-kernels fill :data:`ATTENTION_KERNELS` when ``tfam.layers`` is imported, so a config can check
-``attention`` and ``attention_options`` without importing a brick.
+kernels fill :data:`ATTENTION_KERNELS` and position schemes :data:`POSITION_SCHEMES` when
+``tfam.layers`` is imported, so a config can check ``attention``, ``attention_options`` and
+``position`` without importing a brick.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any, ClassVar, Protocol
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POOLS = ("cls", "mean")
-# Every position encoding a family may name; each family narrows it to what it implements.
-POSITIONS = ("learned", "sinusoidal", "sincos2d", "rope", "alibi", "none")
+# How a position scheme acts: added to the tokens, rotating Q and K, a bias on the scores, or not
+# at all; and what it indexes: a 1-D sequence, a 2-D patch grid, or either.
+POSITION_ACTS = ("tokens", "qk", "scores", "none")
+POSITION_DOMAINS = ("sequence", "grid", "any")
 
 
 class OptionsValidator(Protocol):
@@ -35,6 +38,20 @@ class OptionsValidator(Protocol):
 
 # Attention kernel name -> kernel class (filled by tfam.layers.kernels).
 ATTENTION_KERNELS: dict[str, type[OptionsValidator]] = {}
+
+
+class PositionInfo(Protocol):
+    """What a config needs from a position scheme: how it acts and what it indexes."""
+
+    acts: str  # one of POSITION_ACTS
+    domain: str  # one of POSITION_DOMAINS
+
+    @classmethod
+    def check_config(cls, config: Any) -> None: ...
+
+
+# Position scheme name -> scheme class (filled by tfam.layers.position), in registration order.
+POSITION_SCHEMES: dict[str, type[PositionInfo]] = {}
 
 
 def config_error(field_name: str, value: Any, valid: str) -> ValueError:
@@ -105,11 +122,17 @@ class BaseConfig:
 
     Bricks (attention, feed-forward, blocks, stacks) are built from a config: any family's
     config, or a plain ``BaseConfig(dim=..., heads=...)`` in tests and small compositions.
-    ``positions`` lists the ``position`` values the family implements.
+
+    The ``position`` values a family takes follow from the registered schemes
+    (:data:`POSITION_SCHEMES`): those whose action is in ``position_acts`` and whose domain is
+    in ``position_domains`` (see :meth:`position_names`); a family with one fixed layout lists
+    its names in ``positions`` instead.
     """
 
     family: ClassVar[str] = ""
-    positions: ClassVar[tuple[str, ...]] = POSITIONS
+    position_acts: ClassVar[tuple[str, ...]] = POSITION_ACTS
+    position_domains: ClassVar[tuple[str, ...]] = POSITION_DOMAINS
+    positions: ClassVar[tuple[str, ...] | None] = None  # an explicit list overrides the above
 
     dim: int = 768
     depth: int = 12
@@ -155,11 +178,25 @@ class BaseConfig:
         for name in ("dropout", "attn_dropout", "drop_path"):
             check_probability(name, getattr(self, name))
         self.attention_options = check_attention(self.attention, self.attention_options)
-        check_choice("position", self.position, self.positions)
+        check_choice("position", self.position, self.position_names())
+        POSITION_SCHEMES[self.position].check_config(self)
         for name in ("norm_first", "qkv_bias", "fused_qkv"):
             check_bool(name, getattr(self, name))
         if not isinstance(self.init_std, int | float) or self.init_std <= 0:
             raise config_error("init_std", self.init_std, "expected a positive float")
+
+    @classmethod
+    def position_names(cls) -> tuple[str, ...]:
+        """The ``position`` values this config takes, in registration order."""
+        if not POSITION_SCHEMES:
+            raise RuntimeError("no position scheme is registered: import tfam (or tfam.layers)")
+        return tuple(
+            name
+            for name, scheme in POSITION_SCHEMES.items()
+            if (cls.positions is None or name in cls.positions)
+            and scheme.acts in cls.position_acts
+            and scheme.domain in cls.position_domains
+        )
 
     @property
     def head_dim(self) -> int:
@@ -234,6 +271,9 @@ def config_class(family: str) -> type[BaseConfig]:
 
 __all__ = [
     "ATTENTION_KERNELS",
+    "POSITION_ACTS",
+    "POSITION_DOMAINS",
+    "POSITION_SCHEMES",
     "BaseConfig",
     "as_pair",
     "check_attention",

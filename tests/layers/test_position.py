@@ -127,3 +127,113 @@ def test_resample_wrong_row_count_raises(rng):
     table = torch.randn(1, 1 + 10, 3, generator=rng)
     with pytest.raises(ValueError, match=r"10 grid rows.*3x3 = 9"):
         resample_pos_embed(table, (4, 4), (3, 3))
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry of schemes: names, declarations, families' accepted lists, a scheme added later
+
+
+def test_every_registered_scheme_declares_how_it_acts():
+    from tfam.config import POSITION_ACTS, POSITION_DOMAINS, POSITION_SCHEMES, BaseConfig
+    from tfam.layers.position import PositionScheme, build_position
+
+    assert list(POSITION_SCHEMES)[:6] == [
+        "learned", "sinusoidal", "sincos2d", "rope", "alibi", "none"
+    ]  # fmt: skip
+    for name, cls in POSITION_SCHEMES.items():
+        assert issubclass(cls, PositionScheme) and cls.name == name
+        assert cls.acts in POSITION_ACTS and cls.domain in POSITION_DOMAINS, name
+        assert cls.title, f"{name} has no title"
+        config = BaseConfig(dim=16, heads=2, position=name)
+        grid = (2, 3) if cls.domain == "grid" else None
+        scheme = build_position(config, length=0 if grid else 5, grid=grid, prefix=1 if grid else 0)
+        assert isinstance(scheme.describe(), str) and scheme.describe()
+        # What it does follows from how it says it acts.
+        assert (scheme.qk_transform() is not None) == (cls.acts == "qk"), name
+        assert (scheme.score_bias() is not None) == (cls.acts == "scores"), name
+        assert (scheme.make_table() is not None) == cls.learned, name
+
+
+def test_family_position_lists_are_derived_from_the_registry():
+    from tfam.models import BertConfig, GPTConfig, TransformerConfig, ViTConfig
+
+    assert ViTConfig.position_names() == ("learned", "sincos2d", "none")
+    assert GPTConfig.position_names() == ("learned", "sinusoidal", "rope", "alibi", "none")
+    assert TransformerConfig.position_names() == ("learned", "sinusoidal")
+    assert BertConfig.position_names() == ("learned",)
+    with pytest.raises(ValueError, match=r"position='rope' is invalid: expected one of 'learned'"):
+        ViTConfig(dim=16, heads=2, image_size=4, patch_size=2, position="rope")
+
+
+def test_scheme_config_checks_name_the_field():
+    from tfam.config import BaseConfig
+
+    with pytest.raises(ValueError, match=r"heads=4 is invalid: position='rope'.*even"):
+        BaseConfig(dim=12, heads=4, position="rope")  # head width 3
+
+
+def test_token_positions_count_per_row_from_the_first_real_token():
+    from tfam.layers.position import TokenPositions
+
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    where = TokenPositions.count(2, offset=3, key_mask=mask)
+    assert torch.equal(where.query(torch.device("cpu")), torch.tensor([[1, 2], [3, 4]]))
+    assert torch.equal(where.shared(torch.device("cpu")), torch.tensor([3, 4]))
+    assert torch.equal(where.keys(torch.device("cpu")), torch.arange(5))
+    plain = TokenPositions.count(2, offset=3)
+    assert plain.rows is None and torch.equal(
+        plain.query(torch.device("cpu")), torch.tensor([3, 4])
+    )
+
+
+@pytest.fixture
+def ramp_scheme():
+    """A scheme defined outside tfam: one class, registered for the test's duration."""
+    from tfam.config import POSITION_SCHEMES
+    from tfam.layers.position import PositionScheme, TokenPositions
+
+    class Ramp(PositionScheme):
+        name = "test_ramp"
+        title = "ramp"
+        acts = "tokens"
+        domain = "sequence"
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.register_buffer("step", torch.tensor(0.01), persistent=False)
+
+        def values(self, where, table=None):
+            assert isinstance(where, TokenPositions)
+            pos = where.query(self.step.device).to(self.step.dtype)
+            return pos[..., None].expand(*pos.shape, self.dim) * self.step
+
+        def describe(self) -> str:
+            return "add 0.01 * position to every feature"
+
+    yield Ramp
+    POSITION_SCHEMES.pop("test_ramp")
+
+
+def test_a_new_scheme_is_one_class(ramp_scheme, tmp_path):
+    """Registered, it is a valid ``position`` for the families whose declarations admit it,
+    runs, explains itself and saves; the others refuse it by name."""
+    import tfam
+    from tfam.models import GPTConfig, TransformerConfig, ViTConfig
+
+    assert "test_ramp" in GPTConfig.position_names()
+    assert "test_ramp" in TransformerConfig.position_names()
+    assert "test_ramp" not in ViTConfig.position_names()
+    torch.manual_seed(0)
+    model = tfam.create_model(
+        "gpt", dim=16, heads=2, depth=1, vocab_size=11, max_positions=8, position="test_ramp"
+    ).eval()
+    ids = torch.randint(0, 11, (2, 5))
+    plain = model.stack(model.tok_embed(ids))[0]
+    shifted = model.stack(model.tok_embed(ids) + torch.arange(5.0)[:, None] * 0.01)[0]
+    assert not torch.allclose(plain, shifted)
+    torch.testing.assert_close(model.norm(shifted), model.forward_features(ids))
+    table = tfam.explain(model)
+    assert "add 0.01 * position to every feature" in str(table)
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(tfam.from_pretrained(tmp_path)(ids), model(ids), rtol=0, atol=0)

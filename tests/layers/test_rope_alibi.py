@@ -102,3 +102,35 @@ def test_cached_decoding_continues_positions(rng, position, attention):
         stack(x[:, t : t + 1], cache=cache)[0] for t in range(2, 5)
     ]
     torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-12, atol=1e-12)
+
+
+def test_attention_hooks_need_positions(rng):
+    """Positions are computed once per forward by the caller (the stack); a Q/K transform
+    without them is one clear error, not a silent default."""
+    from tfam.layers import MultiHeadAttention
+
+    mha = MultiHeadAttention(BaseConfig(dim=8, heads=2))
+    mha.qk_transform = RotaryEmbedding(4)
+    with pytest.raises(ValueError, match="positions is None"):
+        mha(torch.randn(1, 3, 8, generator=rng))
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_per_row_positions_reach_the_stack_once(rng, position):
+    """Left-padded rows: the stack computes positions once and every block reads them; a row
+    padded on the left gives the outputs of the same row unpadded (RoPE per row; ALiBi is
+    relative, so its shared positions give the same)."""
+    from tfam.layers import TokenPositions
+
+    config = BaseConfig(dim=12, heads=3, depth=2, position=position, attention="math")
+    stack = TransformerStack(config, causal=True).double().eval()
+    x = torch.randn(1, 4, 12, generator=rng, dtype=torch.float64)
+    padded = torch.cat([torch.zeros(1, 2, 12, dtype=torch.float64), x], dim=1)
+    key_mask = torch.tensor([[False, False, True, True, True, True]])
+    out, _ = stack(
+        padded,
+        mask=key_mask[:, None, None, :],
+        positions=TokenPositions.count(6, key_mask=key_mask),
+    )
+    alone, _ = stack(x)
+    torch.testing.assert_close(out[:, 2:], alone, rtol=1e-12, atol=1e-12)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import tfam
 from tfam.layers.position import sincos_2d_table
-from tfam.models import ViT, count_parameters
+from tfam.models import AttentionWeights, ViT, count_parameters
 
 TINY = dict(image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=2, heads=2)
 
@@ -178,7 +178,7 @@ def test_sincos2d_survives_save_load_and_dtype(rng, tmp_path):
     loaded = tfam.from_pretrained(tmp_path).eval()
     assert torch.equal(loaded(x), model(x))
     # The table follows the model's dtype like any buffer.
-    assert model.double().pos_table.dtype == torch.float64
+    assert model.double().position.table.dtype == torch.float64
 
 
 def test_sincos2d_needs_dim_divisible_by_4():
@@ -224,7 +224,7 @@ def test_return_attention(rng, attention, class_token):
         logits = model(x)
         logits_w, attentions = model(x, return_attention=True)
     length = (1 if class_token else 0) + 4
-    assert isinstance(attentions, list) and len(attentions) == 3
+    assert isinstance(attentions, AttentionWeights) and len(attentions) == 3
     for a in attentions:
         assert a.shape == (2, 2, length, length)
         torch.testing.assert_close(a.sum(-1), torch.ones(2, 2, length))

@@ -29,8 +29,8 @@ def test_cross_attention_is_the_models(model) -> None:
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 3))
     with torch.no_grad():
         _, attn = model(src[None], tgt[None], return_attention=True)
-    torch.testing.assert_close(w, attn["decoder"][1][1][0].float())
-    torch.testing.assert_close(cross_attention(model, src, tgt, layer=0), attn["decoder"][0][1][0])
+    torch.testing.assert_close(w, attn["cross"][1][0].float())
+    torch.testing.assert_close(cross_attention(model, src, tgt, layer=0), attn["cross"][0][0])
     with pytest.raises(ValueError, match="layer=2 is invalid: the decoder has 2 blocks"):
         cross_attention(model, src, tgt, layer=2)
 

@@ -16,8 +16,11 @@ from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
 from tfam.layers.position import (
     ALiBi,
+    PositionScheme,
     RotaryEmbedding,
+    TokenPositions,
     alibi_slopes,
+    build_position,
     resample_pos_embed,
     sincos_2d_table,
     sinusoidal_table,
@@ -28,7 +31,10 @@ from tfam.layers.windows import TokenPartition, WindowPartition
 __all__ = [
     "KERNELS",
     "ALiBi",
+    "PositionScheme",
     "RotaryEmbedding",
+    "TokenPositions",
+    "build_position",
     "alibi_slopes",
     "AttentionKernel",
     "CrossKV",

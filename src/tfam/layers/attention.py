@@ -156,8 +156,9 @@ class MultiHeadAttention(nn.Module):
         ``cache``: a :class:`~tfam.layers.cache.KVCache` (self-attention: the new keys and
         values are appended) or a :class:`~tfam.layers.cache.CrossKV` (cross-attention: keys
         and values are projected from ``context`` once, then reused; ``context`` may be None
-        after that). ``positions`` (Lq,) or (B, Lq): positions of x's tokens, default
-        ``cache.length + arange(Lq)``; read only by ``qk_transform`` and ``bias_provider``.
+        after that). ``positions`` (Lq,) or (B, Lq): positions of x's tokens, read only by
+        ``qk_transform`` and ``bias_provider`` and required by them (the stack computes them
+        once per forward, :class:`~tfam.layers.position.TokenPositions`).
 
         -> (out (B, Lq, D), weights (B, H, Lq, Lk) or None)."""
         static = cache is not None and cache.static
@@ -169,10 +170,14 @@ class MultiHeadAttention(nn.Module):
                 cache.set(k, v)
         self_cache = None if static else cache
         if self.qk_transform is not None or self.bias_provider is not None:
+            if positions is None:
+                raise ValueError(
+                    "positions is None: this attention has a Q/K transform or a bias provider, "
+                    "which need the tokens' positions (Lq,) or (B, Lq); pass them, as "
+                    "TransformerStack does"
+                )
             offset = self_cache.length if self_cache is not None else 0
             q_pos = positions
-            if q_pos is None:
-                q_pos = torch.arange(offset, offset + q.shape[-2], device=x.device)
             k_pos = q_pos if context is None else torch.arange(k.shape[-2], device=x.device)
             if self.qk_transform is not None and not static:
                 q, k = self.qk_transform(q, k, q_pos, k_pos)

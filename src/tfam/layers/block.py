@@ -17,7 +17,7 @@ from tfam.layers.cache import StackCache
 from tfam.layers.feedforward import FeedForward
 from tfam.layers.masks import combine
 from tfam.layers.norm import make_norm
-from tfam.layers.position import ALiBi, RotaryEmbedding
+from tfam.layers.position import TokenPositions, build_position
 
 
 class DropPath(nn.Module):
@@ -146,6 +146,7 @@ class EncoderBlock(nn.Module):
                 context=h,
                 mask=_first_rows(mask, queries),
                 bias=_first_rows(bias, queries),
+                positions=None if positions is None else positions[..., :queries],
                 need_weights=need_weights,
             )
             x = x[:, :queries]
@@ -240,9 +241,10 @@ class TransformerStack(nn.Module):
 
     ``bias_provider`` (optional module): ``(q_pos (Lq,), k_pos (Lk,)) -> (H, Lq, Lk)`` additive
     bias, computed once per forward and shared by every block (ALiBi, T5's relative bias).
-    ``config.position`` wires them: ``"rope"`` gives every self-attention a
-    :class:`RotaryEmbedding`, ``"alibi"`` sets :class:`ALiBi` as the bias provider; other
-    positions are added to the tokens by the family before the stack.
+    The position scheme that ``config.position`` names wires itself: its
+    :meth:`~tfam.layers.position.PositionScheme.qk_transform` goes to every self-attention
+    (RoPE), its :meth:`~tfam.layers.position.PositionScheme.score_bias` becomes the bias
+    provider (ALiBi); schemes added to the tokens give neither (the family adds them).
 
     x (B, L, D) -> (B, L, D), and with ``need_weights`` a list of N weights: (B, H, L, L) per
     encoder block, (self, cross) pairs per decoder block.
@@ -258,13 +260,11 @@ class TransformerStack(nn.Module):
         rates = [config.drop_path * i / max(depth - 1, 1) for i in range(depth)]
         block = DecoderBlock if kind == "decoder" else EncoderBlock
         self.blocks = nn.ModuleList(block(config, drop_path=rate) for rate in rates)
-        self.bias_provider: nn.Module | None = None
         # Positions that act inside attention are wired here, once for every family.
-        if config.position == "rope":
-            for blk in self.blocks:  # self-attention only: cross-attention keys are the source's
-                blk.mhsa.qk_transform = RotaryEmbedding(config.head_dim)
-        elif config.position == "alibi":
-            self.bias_provider = ALiBi(config.heads)
+        scheme = build_position(config)
+        self.bias_provider: nn.Module | None = scheme.score_bias()
+        for blk in self.blocks:  # self-attention only: cross-attention keys are the source's
+            blk.mhsa.qk_transform = scheme.qk_transform()
 
     def make_cache(self, max_len: int) -> StackCache:
         """An empty cache for incremental decoding of up to ``max_len`` positions."""
@@ -280,18 +280,24 @@ class TransformerStack(nn.Module):
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
         cache: StackCache | None = None,
-        positions: Tensor | None = None,
+        positions: TokenPositions | None = None,
     ) -> tuple[Tensor, list[Any] | None]:
         """x (B, L, D); mask: self-attention mask (True = may attend); memory/memory_mask:
         encoder output and its padding mask (decoder stacks); cache: from :meth:`make_cache`.
         ``last_queries=n`` (encoder stacks): the last block computes the first n tokens only,
-        (B, n, D)."""
+        (B, n, D). ``positions``: where x's tokens sit (the family's, computed once per
+        forward); by default ``cache.position + arange(L)``."""
+        if positions is None:
+            positions = TokenPositions(cache.position if cache is not None else 0, x.shape[1])
         if self.bias_provider is not None:
-            offset = cache.position if cache is not None else 0
-            q_pos = torch.arange(offset, offset + x.shape[1], device=x.device)
-            k_pos = torch.arange(offset + x.shape[1], device=x.device)
+            q_pos, k_pos = positions.shared(x.device), positions.keys(x.device)
             shared = self.bias_provider(q_pos, k_pos)
             bias = shared if bias is None else bias + shared
+        # The query positions as a tensor, made once for every block that reads them.
+        hooked = any(
+            b.mhsa.qk_transform is not None or b.mhsa.bias_provider is not None for b in self.blocks
+        )
+        q_positions = positions.query(x.device) if hooked else None
         all_weights: list[Any] | None = [] if need_weights else None
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
@@ -305,7 +311,7 @@ class TransformerStack(nn.Module):
                     bias=bias,
                     need_weights=need_weights,
                     cache=layer_cache,
-                    positions=positions,
+                    positions=q_positions,
                 )
             else:
                 x, weights = block(
@@ -316,7 +322,7 @@ class TransformerStack(nn.Module):
                     queries=last_queries if i == last else None,
                     is_causal=self.causal,
                     cache=layer_cache,
-                    positions=positions,
+                    positions=q_positions,
                 )
             if all_weights is not None:
                 all_weights.append(weights)

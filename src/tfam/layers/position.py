@@ -1,17 +1,43 @@
 """Position encodings. Self-attention alone is permutation-equivariant over tokens; these
 give each token its place.
 
-Tables added to the tokens (sinusoidal, 2-D sine-cosine, learned with resampling), a Q/K
-transform (RoPE) and a bias provider (ALiBi). A stack wires the last two from
-``config.position`` (``"rope"``, ``"alibi"``)."""
+The bricks: tables added to the tokens (sinusoidal, 2-D sine-cosine, learned with resampling),
+a Q/K transform (:class:`RotaryEmbedding`) and a bias provider (:class:`ALiBi`).
+
+The schemes a config names by ``position``: one :class:`PositionScheme` subclass each, which
+registers itself by its ``name`` and says how it acts (``acts``: added to the ``"tokens"``,
+rotating Q and K (``"qk"``), a bias on the ``"scores"``, or ``"none"``) and what it indexes
+(``domain``: a 1-D ``"sequence"``, a 2-D patch ``"grid"``, or ``"any"``). A family builds its
+scheme with :func:`build_position` and calls :meth:`PositionScheme.add` on its embedded tokens;
+:class:`~tfam.layers.block.TransformerStack` asks the same class for its Q/K transform and its
+score bias. Where the tokens sit is computed once per forward, as :class:`TokenPositions`.
+
+A new scheme is one subclass here (or in any module imported before the config is built)::
+
+    class Mine(PositionScheme):
+        name, acts, domain = "mine", "tokens", "sequence"
+        def values(self, where, table): ...          # (L, D) or (B, L, D) to add
+        def describe(self): return "add my table"
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from tfam.config import (
+    POSITION_ACTS,
+    POSITION_DOMAINS,
+    POSITION_SCHEMES,
+    BaseConfig,
+    check_choice,
+    config_error,
+)
 
 
 def resample_pos_embed(
@@ -148,3 +174,328 @@ class ALiBi(nn.Module):
 
     def extra_repr(self) -> str:
         return f"heads={self.heads}"
+
+
+@dataclass(frozen=True)
+class TokenPositions:
+    """Where the tokens of one forward sit: ``offset + arange(length)`` in every row, or per
+    row (``rows`` (B, length) int64) when rows differ (left-padded batches count from each
+    row's first real token). ``offset`` is the number of cached tokens before them.
+
+    Built once per forward (by the family, or by the stack when the family passes none) and
+    read by the token table, the Q/K transform and the score bias alike."""
+
+    offset: int
+    length: int
+    rows: Tensor | None = None
+
+    @classmethod
+    def count(cls, length: int, offset: int = 0, key_mask: Tensor | None = None) -> TokenPositions:
+        """Positions of ``length`` new tokens after ``offset`` cached ones; with a key mask
+        (B, offset + length), True = real token, per row from its first real token (Hugging
+        Face's ``cumsum(attention_mask) - 1``; padding positions are clamped to 0, their
+        outputs are never read)."""
+        if key_mask is None:
+            return cls(offset, length)
+        rows = (key_mask.long().cumsum(dim=-1) - 1).clamp_(min=0)[:, -length:]
+        return cls(offset, length, rows)
+
+    def query(self, device: torch.device) -> Tensor:
+        """Positions of the new tokens: (length,) or (B, length) int64."""
+        if self.rows is not None:
+            return self.rows
+        return self.shared(device)
+
+    def shared(self, device: torch.device) -> Tensor:
+        """``offset + arange(length)`` (length,), whatever the rows: for relative schemes,
+        which a shift common to a row does not change."""
+        return torch.arange(self.offset, self.offset + self.length, device=device)
+
+    def keys(self, device: torch.device) -> Tensor:
+        """Positions of every key so far, cached and new: (offset + length,)."""
+        return torch.arange(self.offset + self.length, device=device)
+
+
+class PositionScheme(nn.Module):
+    """Base of every position scheme: a subclass sets ``name`` (which registers it in
+    :data:`tfam.config.POSITION_SCHEMES`), ``acts``, ``domain`` and ``learned``, and
+    implements what its action needs:
+
+    - ``acts = "tokens"``: :meth:`values` (and :meth:`make_table` when it learns a table);
+    - ``acts = "qk"``: :meth:`qk_transform`, given to every self-attention of a stack;
+    - ``acts = "scores"``: :meth:`score_bias`, the stack's shared bias provider;
+
+    and :meth:`describe`, one line that explain and viz show. Fixed tables are non-persistent
+    buffers of the scheme; a learned table is a parameter the family holds under its own name
+    (so saved models keep their state-dict names) and passes back to :meth:`add`.
+
+    Built from a config with the shape the family gives: ``length`` rows of a sequence, or a
+    patch ``grid`` (gh, gw) after ``prefix`` tokens ([CLS]) for a grid family; a stack builds
+    it with neither (it only asks for the Q/K transform and the score bias).
+    """
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""  # how a figure or a table names it: "2-D sine-cosine"
+    acts: ClassVar[str] = "none"
+    domain: ClassVar[str] = "any"
+    learned: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_choice(f"{cls.__name__}.acts", cls.acts, POSITION_ACTS)
+        check_choice(f"{cls.__name__}.domain", cls.domain, POSITION_DOMAINS)
+        if cls.name:
+            POSITION_SCHEMES[cls.name] = cls
+
+    def __init__(
+        self,
+        config: BaseConfig,
+        length: int = 0,
+        grid: tuple[int, int] | None = None,
+        prefix: int = 0,
+    ) -> None:
+        super().__init__()
+        self.dim, self.heads, self.head_dim = config.dim, config.heads, config.head_dim
+        self.length = length
+        self.grid = None if grid is None else (int(grid[0]), int(grid[1]))
+        self.prefix = prefix
+
+    @classmethod
+    def check_config(cls, config: BaseConfig) -> None:
+        """Refuse (one ``ValueError`` naming the field) a config this scheme cannot serve."""
+
+    @property
+    def rows(self) -> int:
+        """Rows of a table: prefix + gh*gw on a grid, else ``length``."""
+        if self.grid is not None:
+            return self.prefix + self.grid[0] * self.grid[1]
+        return self.length
+
+    def make_table(self) -> nn.Parameter | None:
+        """The learned table the family holds (zeros; the family initialises it), or None."""
+        return None
+
+    def values(
+        self, where: TokenPositions | tuple[int, int], table: Tensor | None = None
+    ) -> Tensor | None:
+        """What to add to the tokens, or None: for ``where`` = :class:`TokenPositions`,
+        (length, D) or (B, length, D); for ``where`` = a patch grid (gh, gw), (1, prefix +
+        gh*gw, D). ``table``: the family's learned table, for a learned scheme."""
+        return None
+
+    def add(
+        self, x: Tensor, where: TokenPositions | tuple[int, int], table: Tensor | None = None
+    ) -> Tensor:
+        """x (B, L, D) plus :meth:`values`; x itself when nothing is added. A fixed table is
+        cast to x's dtype; a learned one is added as it is (under autocast the sum is then
+        in the table's precision, as it always was)."""
+        values = self.values(where, table)
+        if values is None:
+            return x
+        return x + (values if self.learned else values.to(x.dtype))
+
+    def qk_transform(self) -> nn.Module | None:
+        """A new Q/K transform for one self-attention (see ``QKTransform``), or None."""
+        return None
+
+    def score_bias(self) -> nn.Module | None:
+        """A bias provider ``(q_pos (Lq,), k_pos (Lk,)) -> (H, Lq, Lk)``, or None."""
+        return None
+
+    def describe(self) -> str:
+        """One line: what this scheme does to the tokens or the attention."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        shape = f"grid={self.grid}, prefix={self.prefix}" if self.grid else f"length={self.length}"
+        return f"{self.name!r}, acts={self.acts!r}, {shape}"
+
+
+def build_position(
+    config: BaseConfig,
+    length: int = 0,
+    grid: tuple[int, int] | None = None,
+    prefix: int = 0,
+) -> PositionScheme:
+    """The scheme ``config.position`` names, for a sequence of ``length`` or a patch ``grid``."""
+    check_choice("position", config.position, POSITION_SCHEMES)
+    return POSITION_SCHEMES[config.position](config, length, grid, prefix)
+
+
+def _rows_of(source: Tensor, where: TokenPositions) -> Tensor:
+    """Rows of a (N, D) table at the tokens' positions: a slice when every row shares them."""
+    if where.rows is None:
+        return source[where.offset : where.offset + where.length]
+    return source[where.rows]
+
+
+class LearnedPosition(PositionScheme):
+    """A learned table: (length, D) for a sequence, indexed by position; (1, prefix + gh*gw, D)
+    for a patch grid, covering the prefix tokens too and resampled bicubically for another grid
+    (:func:`resample_pos_embed`)."""
+
+    name = "learned"
+    title = "learned"
+    acts = "tokens"
+    domain = "any"
+    learned = True
+
+    def make_table(self) -> nn.Parameter:
+        if self.grid is not None:
+            return nn.Parameter(torch.zeros(1, self.rows, self.dim))
+        return nn.Parameter(torch.zeros(self.length, self.dim))
+
+    def values(
+        self, where: TokenPositions | tuple[int, int], table: Tensor | None = None
+    ) -> Tensor:
+        if table is None:
+            raise ValueError("table is None: a learned position scheme adds the family's table")
+        if isinstance(where, TokenPositions):
+            return _rows_of(table, where)
+        assert self.grid is not None, "a grid needs a scheme built with grid="
+        return resample_pos_embed(table, where, self.grid, self.prefix)
+
+    def describe(self) -> str:
+        if self.grid is not None:
+            gh, gw = self.grid
+            return (
+                f"add the learned position table ({self.rows} x D = {self.rows} x {self.dim}: "
+                f"{self.prefix} prefix + {gh}x{gw} patch rows; resampled bicubically for "
+                "another grid)"
+            )
+        return (
+            f"add the learned table (max_positions x D = {self.length} x {self.dim}) at each "
+            "token's position"
+        )
+
+
+class SinusoidalPosition(PositionScheme):
+    """Fixed sines and cosines (Vaswani et al. 2017, :func:`sinusoidal_table`), indexed by
+    position; nothing learned, nothing saved."""
+
+    name = "sinusoidal"
+    title = "sinusoidal"
+    acts = "tokens"
+    domain = "sequence"
+
+    def __init__(self, config: BaseConfig, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.register_buffer("table", sinusoidal_table(self.length, self.dim), persistent=False)
+
+    def values(
+        self, where: TokenPositions | tuple[int, int], table: Tensor | None = None
+    ) -> Tensor:
+        assert isinstance(where, TokenPositions), "sinusoidal positions index a sequence"
+        return _rows_of(self.table, where)
+
+    def describe(self) -> str:
+        return (
+            "add the fixed sinusoidal table PE(pos, 2i) = sin(pos / 10000^(2i/D)), "
+            f"PE(pos, 2i+1) = cos(...) ({self.length} x {self.dim}, nothing learned)"
+        )
+
+
+class SinCos2DPosition(PositionScheme):
+    """Fixed 2-D sine-cosine positions on a patch grid (:func:`sincos_2d_table`): rows in the
+    first D/2 features, columns in the last; the prefix tokens get zeros. Computed exactly for
+    any grid; nothing learned, nothing saved."""
+
+    name = "sincos2d"
+    title = "2-D sine-cosine"
+    acts = "tokens"
+    domain = "grid"
+
+    def __init__(self, config: BaseConfig, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        table = self._table(self.grid) if self.grid is not None else torch.zeros(1, 0, self.dim)
+        self.register_buffer("table", table, persistent=False)
+
+    @classmethod
+    def check_config(cls, config: BaseConfig) -> None:
+        if config.dim % 4:
+            raise config_error(
+                "dim",
+                config.dim,
+                "position='sincos2d' splits dim into sine and cosine halves for rows and "
+                "columns, so dim must be divisible by 4",
+            )
+
+    def _table(self, grid: tuple[int, int]) -> Tensor:
+        table = sincos_2d_table(grid, self.dim)[None]
+        return F.pad(table, (0, 0, self.prefix, 0))  # zero rows for the prefix tokens
+
+    def values(
+        self, where: TokenPositions | tuple[int, int], table: Tensor | None = None
+    ) -> Tensor:
+        assert not isinstance(where, TokenPositions), "2-D sine-cosine positions index a grid"
+        if tuple(where) == self.grid:
+            return self.table
+        return self._table(where).to(self.table.device)
+
+    def describe(self) -> str:
+        gh, gw = self.grid or (0, 0)
+        return (
+            f"add the fixed 2-D sine-cosine table ({gh * gw} x D, nothing learned) to the "
+            "patch tokens: rows in the first D/2 features, columns in the last"
+            + ("; the prefix tokens get none" if self.prefix else "")
+        )
+
+
+class RotaryPosition(PositionScheme):
+    """RoPE: every self-attention rotates Q and K by position (:class:`RotaryEmbedding`, half
+    layout, base 10000); nothing is added to the tokens."""
+
+    name = "rope"
+    title = "rotary (RoPE)"
+    acts = "qk"
+    domain = "sequence"
+
+    @classmethod
+    def check_config(cls, config: BaseConfig) -> None:
+        if config.head_dim % 2:
+            raise config_error(
+                "heads",
+                config.heads,
+                f"position='rope' rotates feature pairs, so the head width dim/heads must be "
+                f"even (dim={config.dim})",
+            )
+
+    def qk_transform(self) -> nn.Module:
+        return RotaryEmbedding(self.head_dim)
+
+    def describe(self) -> str:
+        return (
+            "rotate Q and K of every self-attention by each token's position (RoPE, base "
+            "10000): nothing added to the tokens, nothing learned"
+        )
+
+
+class AlibiPosition(PositionScheme):
+    """ALiBi: -slope_h * |i - j| added to every self-attention score (:class:`ALiBi`),
+    computed once per forward for the whole stack; nothing is added to the tokens."""
+
+    name = "alibi"
+    title = "ALiBi"
+    acts = "scores"
+    domain = "sequence"
+
+    def score_bias(self) -> nn.Module:
+        return ALiBi(self.heads)
+
+    def describe(self) -> str:
+        return (
+            "add -slope_h * |i - j| to every self-attention score (ALiBi, one fixed slope per "
+            "head): nothing added to the tokens, nothing learned"
+        )
+
+
+class NoPosition(PositionScheme):
+    """No position information: the stack is permutation-equivariant over the tokens."""
+
+    name = "none"
+    title = "no position"
+    acts = "none"
+    domain = "any"
+
+    def describe(self) -> str:
+        return "no position information: attention alone does not see token order"

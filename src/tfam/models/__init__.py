@@ -1,7 +1,7 @@
 """Families: compositions of layers, plus the registries of named presets and of the presets
 with pretrained weights."""
 
-from tfam.models.base import MODEL_CLASSES, TfamModel, from_pretrained
+from tfam.models.base import MODEL_CLASSES, AttentionWeights, TfamModel, from_pretrained
 from tfam.models.bert import Bert, BertConfig, mean_pool
 from tfam.models.gpt import GPT, GPTConfig
 from tfam.models.registry import (
@@ -19,6 +19,7 @@ from tfam.models.transformer import Transformer, TransformerConfig
 from tfam.models.vit import ViT, ViTConfig
 
 __all__ = [
+    "AttentionWeights",
     "Bert",
     "BertConfig",
     "GPT",

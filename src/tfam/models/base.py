@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from tfam.config import BaseConfig, check_attention
 from tfam.fileio import atomic_write_bytes
@@ -18,6 +19,64 @@ from tfam.layers.attention import MultiHeadAttention
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 MODEL_CLASSES: dict[str, type[TfamModel]] = {}
+
+
+class AttentionWeights(Sequence[Tensor]):
+    """What ``model(..., return_attention=True)`` returns next to its output, in every family.
+
+    A sequence of per-block attention maps (B, H, Lq, Lk), rows = queries, of the main stack
+    (the stack whose output the head reads: ViT's and BERT's ``"encoder"``, GPT's
+    ``"decoder"``, the encoder–decoder's ``"decoder"`` self-attention), and named groups, each a
+    tuple of such maps: ``weights["encoder"]``, ``weights["decoder"]``, ``weights["cross"]``
+    (the decoder's queries over the source, (B, H, Lt, Ls)). ``weights.main`` names the main
+    group and ``weights.groups`` every group. The maps are whatever the kernel returned, in the
+    model's dtype, whatever kernel the model normally runs.
+    """
+
+    def __init__(self, main: str, **groups: Iterable[Tensor]) -> None:
+        if main not in groups:
+            raise ValueError(f"main={main!r} is invalid: expected one of {sorted(groups)}")
+        self.main = main
+        self._groups = {name: tuple(maps) for name, maps in groups.items()}
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The group names, main first."""
+        return (self.main, *(g for g in self._groups if g != self.main))
+
+    @overload
+    def __getitem__(self, index: int) -> Tensor: ...
+    @overload
+    def __getitem__(self, index: str) -> tuple[Tensor, ...]: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Tensor, ...]: ...
+    def __getitem__(self, index: int | str | slice) -> Tensor | tuple[Tensor, ...]:
+        """An int or slice indexes the main stack's blocks; a name gives that group."""
+        if isinstance(index, str):
+            if index not in self._groups:
+                raise KeyError(
+                    f"{index!r}: these attention weights hold the groups {list(self.groups)}"
+                )
+            return self._groups[index]
+        return self._groups[self.main][index]
+
+    def __len__(self) -> int:
+        return len(self._groups[self.main])
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter(self._groups[self.main])
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, str):
+            return item in self._groups
+        return any(item is t for t in self._groups[self.main])
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{g}={len(self._groups[g])}x{tuple(self._groups[g][0].shape) if self._groups[g] else ()}"
+            for g in self.groups
+        )
+        return f"AttentionWeights(main={self.main!r}, {parts})"
 
 
 class TfamModel(nn.Module, ABC):

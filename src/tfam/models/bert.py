@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from tfam.config import BaseConfig, check_bool, check_choice, check_positive_int, config_error
 from tfam.layers import TransformerStack, make_norm, padding_mask
-from tfam.models.base import TfamModel
+from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
 HEADS = ("none", "mlm", "token", "sequence")
@@ -208,8 +208,9 @@ class Bert(TfamModel):
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """input_ids (B, L) -> hidden states (B, L, D) [, depth x (B, H, L, L)]."""
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        """input_ids (B, L) -> hidden states (B, L, D) [, :class:`AttentionWeights`:
+        "encoder", depth x (B, H, L, L)]."""
         self.check_inputs(input_ids, attention_mask, token_type_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
@@ -217,7 +218,9 @@ class Bert(TfamModel):
         x = self.embed(input_ids, token_type_ids)
         x, weights = self.encoder(x, mask=mask, need_weights=return_attention)
         x = self.norm(x)
-        return (x, weights or []) if return_attention else x
+        if return_attention:
+            return x, AttentionWeights("encoder", encoder=weights or [])
+        return x
 
     def pool(self, hidden: Tensor) -> Tensor:
         """The pooler: tanh(dense(hidden[:, 0])). (B, L, D) -> (B, D)."""
@@ -245,11 +248,12 @@ class Bert(TfamModel):
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """input_ids (B, L); attention_mask (B, L), True/1 = real token; token_type_ids (B, L)
         segments (default 0). -> logits (B, L, V) for "mlm", (B, L, num_labels) for "token",
         (B, num_labels) for "sequence", hidden states (B, L, D) for "none"
-        [, depth x attention weights (B, H, L, L)]."""
+        [, :class:`AttentionWeights`: "encoder", depth x (B, H, L, L)]. The same as
+        ``forward_head(forward_features(...))``."""
         if return_attention:
             hidden, weights = self.forward_features(
                 input_ids, attention_mask, token_type_ids, return_attention=True

@@ -10,8 +10,9 @@ Token i sees tokens 0..i only, so the logits at i are the model's guess for toke
 A batch of prompts of different lengths is left-padded: ``attention_mask`` (B, L), True = real
 token, hides the padding, and each row's positions start at its first real token (Hugging
 Face's ``position_ids = cumsum(attention_mask) - 1``), so a padded prompt gives the same
-logits as the prompt alone. ``position`` may also be ``"rope"``, ``"alibi"`` or ``"none"``:
-those act inside attention (wired by the stack) or not at all.
+logits as the prompt alone. ``position`` may name any scheme over a sequence
+(:mod:`tfam.layers.position`): a table added to the tokens ("learned", GPT-2's; "sinusoidal"),
+or one acting inside attention, wired by the stack ("rope", "alibi"), or "none".
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from torch import Tensor, nn
 from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
 from tfam.generation import DecodingState, GenerationMixin
 from tfam.layers import TransformerStack, make_norm
-from tfam.models.base import TfamModel
+from tfam.layers.position import TokenPositions, build_position
+from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
 
@@ -39,7 +41,8 @@ class GPTConfig(BaseConfig):
     may be None (GPT-2 has no padding token)."""
 
     family: ClassVar[str] = "gpt"
-    positions: ClassVar[tuple[str, ...]] = ("learned", "rope", "alibi", "none")
+    # Every scheme over a 1-D sequence: the tokens' positions are counted per row.
+    position_domains: ClassVar[tuple[str, ...]] = ("sequence", "any")
 
     dim: int = 768
     depth: int = 12
@@ -93,9 +96,8 @@ class GPT(GenerationMixin, TfamModel):
         super().__init__(config)
         c = config
         self.tok_embed = nn.Embedding(c.vocab_size, c.dim)
-        self.pos_embed = (
-            nn.Parameter(torch.zeros(c.max_positions, c.dim)) if c.position == "learned" else None
-        )
+        self.position = build_position(c, length=c.max_positions)
+        self.pos_embed = self.position.make_table()  # (max_positions, D) when learned
         self.drop = nn.Dropout(c.dropout)
         self.stack = TransformerStack(c, causal=True)
         self.norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
@@ -148,16 +150,6 @@ class GPT(GenerationMixin, TfamModel):
         return None if bool(mask.all()) else mask
 
     # -- the network -----------------------------------------------------------------------
-    def _positions(
-        self, n: int, offset: int, key_mask: Tensor | None, device: torch.device
-    ) -> Tensor:
-        """Positions of the last n tokens: (n,) from ``offset``, or (B, n) counted from each
-        row's first real token when a key mask (B, offset + n) is given."""
-        if key_mask is None:
-            return torch.arange(offset, offset + n, device=device)
-        # Padding positions are clamped to 0: their outputs are never read.
-        return (key_mask.long().cumsum(dim=-1) - 1).clamp_(min=0)[:, -n:]
-
     def _hidden(
         self,
         ids: Tensor,
@@ -175,49 +167,52 @@ class GPT(GenerationMixin, TfamModel):
                 f"the sequence needs {offset + n} positions; this model has max_positions="
                 f"{limit} (shorten the input to at most {limit} tokens)"
             )
-        positions = self._positions(n, offset, key_mask, ids.device)
-        x = self.tok_embed(ids)
-        if self.pos_embed is not None:
-            table = (
-                self.pos_embed[positions]
-                if key_mask is not None
-                else self.pos_embed[offset : offset + n]
-            )
-            x = x + table.to(x.dtype)
-        x = self.drop(x)
+        # Once per forward: per row from the first real token with a key mask (left padding).
+        positions = TokenPositions.count(n, offset, key_mask)
+        x = self.drop(self.position.add(self.tok_embed(ids), positions, self.pos_embed))
         x, weights = self.stack(
             x,
             mask=None if key_mask is None else key_mask[:, None, None, :],
             cache=cache,
-            # Per-row positions matter only to RoPE (ALiBi is relative, so a shared shift
-            # changes nothing); without a key mask the attention derives them from the cache.
-            positions=positions if key_mask is not None else None,
+            positions=positions,
             need_weights=need_weights,
         )
         return self.norm(x), weights
 
-    def forward_features(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    def forward_features(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """input_ids (B, L), attention_mask (B, L) -> final-normed hidden states (B, L, D)
-        (Hugging Face's ``last_hidden_state``)."""
+        (Hugging Face's ``last_hidden_state``) [, :class:`AttentionWeights`: "decoder",
+        N x (B, H, L, L)]."""
         self.check_ids(input_ids)
-        return self._hidden(input_ids, self._check_mask(attention_mask, input_ids))[0]
+        mask = self._check_mask(attention_mask, input_ids)
+        x, weights = self._hidden(input_ids, mask, need_weights=return_attention)
+        if return_attention:
+            return x, AttentionWeights("decoder", decoder=weights or [])
+        return x
+
+    def forward_head(self, hidden: Tensor) -> Tensor:
+        """Final-normed hidden states (B, L, D) -> next-token logits (B, L, V)."""
+        return self.lm_head(hidden)
 
     def forward(
         self,
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """input_ids (B, L) -> logits (B, L, V): at position i, the scores of token i + 1.
         ``attention_mask`` (B, L), True/1 = real token (left padding; positions start at each
-        row's first real token). With ``return_attention`` also N x (B, H, L, L) weights."""
-        self.check_ids(input_ids)
-        mask = self._check_mask(attention_mask, input_ids)
-        x, weights = self._hidden(input_ids, mask, need_weights=return_attention)
-        logits = self.lm_head(x)
+        row's first real token). With ``return_attention`` also :class:`AttentionWeights`
+        ("decoder", N x (B, H, L, L)). The same as ``forward_head(forward_features(...))``."""
         if return_attention:
-            return logits, weights or []
-        return logits
+            hidden, weights = self.forward_features(input_ids, attention_mask, True)
+            return self.forward_head(hidden), weights
+        return self.forward_head(self.forward_features(input_ids, attention_mask))
 
     # -- decoding (tfam.generation) --------------------------------------------------------
     def prepare_decoding(

@@ -24,8 +24,9 @@ from torch import Tensor, nn
 
 from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
 from tfam.generation import DecodingState, GenerationMixin
-from tfam.layers import TransformerStack, make_norm, pad_token_mask, sinusoidal_table
-from tfam.models.base import TfamModel
+from tfam.layers import TransformerStack, make_norm, pad_token_mask
+from tfam.layers.position import TokenPositions, build_position
+from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
 
@@ -35,7 +36,9 @@ class TransformerConfig(BaseConfig):
     ``vocab_size`` is the joint (source and target) vocabulary of one tokenizer."""
 
     family: ClassVar[str] = "transformer"
-    positions: ClassVar[tuple[str, ...]] = ("sinusoidal", "learned")
+    # Tables added to the tokens of a sequence ("sinusoidal", the paper's; "learned").
+    position_acts: ClassVar[tuple[str, ...]] = ("tokens",)
+    position_domains: ClassVar[tuple[str, ...]] = ("sequence", "any")
 
     dim: int = 512
     depth: int = 6
@@ -79,32 +82,31 @@ class TransformerConfig(BaseConfig):
 
 
 class TokenEmbedding(nn.Module):
-    """Token ids (B, L) -> (B, L, D): lookup x sqrt(D) + position table, then dropout."""
+    """Token ids (B, L) -> (B, L, D): lookup x sqrt(D) + position (the scheme of
+    ``config.position``; a learned table is this module's ``pos_embed``), then dropout."""
 
     def __init__(self, config: TransformerConfig, tokens: nn.Embedding) -> None:
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(config.dim) if config.scale_embeddings else 1.0
         self.max_positions = config.max_positions
-        if config.position == "sinusoidal":
-            table = sinusoidal_table(config.max_positions, config.dim)
-            self.register_buffer("pos_table", table, persistent=False)
-            self.pos_embed = None
-        else:
-            self.pos_table = None
-            self.pos_embed = nn.Parameter(torch.zeros(config.max_positions, config.dim))
+        self.position = build_position(config, length=config.max_positions)
+        self.pos_embed = self.position.make_table()  # (max_positions, D) when learned
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        end = offset + ids.shape[1]
+    def forward(self, ids: Tensor, positions: TokenPositions | None = None) -> Tensor:
+        """ids (B, L) -> (B, L, D); ``positions`` default ``0..L-1`` (after a cache: its
+        offset)."""
+        if positions is None:
+            positions = TokenPositions(0, ids.shape[1])
+        end = positions.offset + positions.length
         if end > self.max_positions:
             raise ValueError(
                 f"the sequence needs {end} positions; this model has max_positions="
                 f"{self.max_positions} (shorten the input or truncate it)"
             )
-        table = self.pos_table if self.pos_table is not None else self.pos_embed
-        x = self.tokens(ids) * self.scale + table[offset:end].to(self.tokens.weight.dtype)
-        return self.dropout(x)
+        x = self.tokens(ids) * self.scale
+        return self.dropout(self.position.add(x, positions, self.pos_embed))
 
 
 class Transformer(GenerationMixin, TfamModel):
@@ -165,10 +167,16 @@ class Transformer(GenerationMixin, TfamModel):
             if src_mask is not None
             else pad_token_mask(src_ids, self.config.pad_token_id)
         )
-        x, weights = self.encoder(self.src_embed(src_ids), mask=mask, need_weights=return_attention)
+        positions = TokenPositions(0, src_ids.shape[1])
+        x, weights = self.encoder(
+            self.src_embed(src_ids, positions),
+            mask=mask,
+            positions=positions,
+            need_weights=return_attention,
+        )
         return self.encoder_norm(x), mask, weights
 
-    def decode(
+    def decode_hidden(
         self,
         tgt_ids: Tensor,
         memory: Tensor | None,
@@ -178,12 +186,13 @@ class Transformer(GenerationMixin, TfamModel):
         return_attention: bool = False,
         mask_padding: bool = True,
     ) -> tuple[Tensor, list[Any] | None]:
-        """(B, Lt) target ids (the new ones when cached) -> logits (B, Lt, V), weights.
+        """(B, Lt) target ids (the new ones when cached) -> decoder hidden states after the
+        final norm (B, Lt, D), weights (per block: (self, cross) or None).
         Without ``tgt_mask``, ids equal to ``pad_token_id`` are masked when ``mask_padding``
         (decoding passes False: its target holds no padding that later tokens may not see)."""
         self.check_ids(tgt_ids, "tgt_ids")
-        offset = cache.position if cache is not None else 0
-        x = self.tgt_embed(tgt_ids, offset)
+        positions = TokenPositions(cache.position if cache is not None else 0, tgt_ids.shape[1])
+        x = self.tgt_embed(tgt_ids, positions)
         self_mask = None
         if tgt_mask is not None:
             self_mask = tgt_mask[:, None, None, :].bool()
@@ -195,9 +204,58 @@ class Transformer(GenerationMixin, TfamModel):
             memory=memory,
             memory_mask=memory_mask,
             cache=cache,
+            positions=positions,
             need_weights=return_attention,
         )
-        return self.lm_head(self.decoder_norm(x)), weights
+        return self.decoder_norm(x), weights
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor | None,
+        tgt_mask: Tensor | None = None,
+        cache: Any = None,
+        return_attention: bool = False,
+        mask_padding: bool = True,
+    ) -> tuple[Tensor, list[Any] | None]:
+        """:meth:`decode_hidden`, then the LM head: -> logits (B, Lt, V), weights."""
+        hidden, weights = self.decode_hidden(
+            tgt_ids, memory, memory_mask, tgt_mask, cache, return_attention, mask_padding
+        )
+        return self.forward_head(hidden), weights
+
+    def forward_features(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        """The features of an encoder–decoder are the decoder's: src_ids (B, Ls) are encoded,
+        tgt_ids (B, Lt) (the target shifted right) decoded over them -> decoder hidden states
+        after the final norm (B, Lt, D). Masks as in :meth:`forward`. With ``return_attention``
+        also :class:`AttentionWeights`: main "decoder" (self-attention, N x (B, H, Lt, Lt)),
+        "encoder" (N x (B, H, Ls, Ls)) and "cross" (N x (B, H, Lt, Ls))."""
+        memory, memory_mask, enc_w = self.encode(src_ids, src_mask, return_attention)
+        hidden, dec_w = self.decode_hidden(
+            tgt_ids, memory, memory_mask, tgt_mask, None, return_attention
+        )
+        if return_attention:
+            pairs = dec_w or []
+            weights = AttentionWeights(
+                "decoder",
+                encoder=enc_w or [],
+                decoder=[s for s, _ in pairs],
+                cross=[c for _, c in pairs],
+            )
+            return hidden, weights
+        return hidden
+
+    def forward_head(self, hidden: Tensor) -> Tensor:
+        """The LM projection: decoder hidden states (B, Lt, D) -> logits (B, Lt, V)."""
+        return self.lm_head(hidden)
 
     def forward(
         self,
@@ -206,17 +264,16 @@ class Transformer(GenerationMixin, TfamModel):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, dict[str, list[Any]]]:
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """src_ids (B, Ls), tgt_ids (B, Lt) (the target shifted right: <bos> y1 ... ) ->
         logits (B, Lt, V) of the next target token at each position. Masks (B, L), True = real
         token; by default every id equal to ``pad_token_id`` is padding. With
-        ``return_attention`` also {"encoder": N x (B, H, Ls, Ls), "decoder": N x (self
-        (B, H, Lt, Lt), cross (B, H, Lt, Ls))}."""
-        memory, memory_mask, enc_w = self.encode(src_ids, src_mask, return_attention)
-        logits, dec_w = self.decode(tgt_ids, memory, memory_mask, tgt_mask, None, return_attention)
+        ``return_attention`` also :class:`AttentionWeights` (see :meth:`forward_features`).
+        The same as ``forward_head(forward_features(...))``."""
         if return_attention:
-            return logits, {"encoder": enc_w or [], "decoder": dec_w or []}
-        return logits
+            hidden, weights = self.forward_features(src_ids, tgt_ids, src_mask, tgt_mask, True)
+            return self.forward_head(hidden), weights
+        return self.forward_head(self.forward_features(src_ids, tgt_ids, src_mask, tgt_mask))
 
     # -- decoding (tfam.generation) --------------------------------------------------------
     def prepare_decoding(

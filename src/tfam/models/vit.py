@@ -4,7 +4,8 @@ image (B, C, H, W)
   -> patches: N = (H / P_h) * (W / P_w), each flattened to P_h * P_w * C
   -> linear projection to D                              (B, N, D)
   -> prepend [CLS]                                       (B, N+1, D)
-  -> + position: learned table (B, N+1, D), or fixed 2-D sine-cosine on the patches
+  -> + position: any scheme over a patch grid (tfam.layers.position): a learned table
+     (B, N+1, D), fixed 2-D sine-cosine on the patches, or none
   -> depth x [ X1 = X0 + MHSA(LN(X0));  X_out = X1 + MLP(LN(X1)) ]
   -> LN -> [CLS] token (or mean of patches) -> head      (B, num_classes)
 """
@@ -27,14 +28,9 @@ from tfam.config import (
     config_error,
     divisors,
 )
-from tfam.layers import (
-    PatchEmbed,
-    TransformerStack,
-    make_norm,
-    resample_pos_embed,
-    sincos_2d_table,
-)
-from tfam.models.base import TfamModel
+from tfam.layers import PatchEmbed, TransformerStack, make_norm, resample_pos_embed
+from tfam.layers.position import build_position
+from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
 
@@ -47,8 +43,8 @@ class ViTConfig(BaseConfig):
     """
 
     family: ClassVar[str] = "vit"
-    # a "learned" table, fixed "sincos2d" on the patch grid, or "none"
-    positions: ClassVar[tuple[str, ...]] = ("learned", "sincos2d", "none")
+    # Every scheme that can index a patch grid: a "learned" table, fixed "sincos2d", "none".
+    position_domains: ClassVar[tuple[str, ...]] = ("grid", "any")
 
     image_size: Any = 224  # int or (height, width)
     patch_size: Any = 16  # int or (height, width)
@@ -78,13 +74,6 @@ class ViTConfig(BaseConfig):
         check_positive_int("in_channels", self.in_channels)
         check_positive_int("num_classes", self.num_classes, allow_zero=True)
         check_choice("pool", self.pool, POOLS)
-        if self.position == "sincos2d" and self.dim % 4:
-            raise config_error(
-                "dim",
-                self.dim,
-                "position='sincos2d' splits dim into sine and cosine halves for rows and "
-                "columns, so dim must be divisible by 4",
-            )
         check_bool("class_token", self.class_token)
         if self.pool == "cls" and not self.class_token:
             raise config_error(
@@ -122,17 +111,10 @@ class ViT(TfamModel):
         self.patch_embed = PatchEmbed(c)
         self.num_prefix_tokens = 1 if c.class_token else 0
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d)) if c.class_token else None
-        if c.position == "learned":
-            n = self.num_prefix_tokens + self.patch_embed.num_patches
-            self.pos_embed = nn.Parameter(torch.zeros(1, n, d))
-        else:
-            self.pos_embed = None
-        if c.position == "sincos2d":
-            # Fixed, nothing to learn; recomputed (not saved) and exact for any patch grid.
-            table = sincos_2d_table(self.patch_embed.grid_size, d)[None]
-            self.register_buffer("pos_table", table, persistent=False)
-        else:
-            self.pos_table = None
+        self.position = build_position(
+            c, grid=self.patch_embed.grid_size, prefix=self.num_prefix_tokens
+        )
+        self.pos_embed = self.position.make_table()  # (1, prefix + N, D) when learned
         self.pos_drop = nn.Dropout(c.dropout)
         self.encoder = TransformerStack(c)
         self.norm = make_norm(c.norm, d, c.norm_eps) if c.final_norm else nn.Identity()
@@ -161,44 +143,33 @@ class ViT(TfamModel):
     def blocks(self) -> nn.ModuleList:
         return self.encoder.blocks
 
-    def position_embedding(self, grid: tuple[int, int]) -> Tensor:
-        """The learned table for a patch grid, bicubically resampled when the grid differs
-        from the one it was trained on. -> (1, prefix + gh*gw, D)"""
-        assert self.pos_embed is not None
-        return resample_pos_embed(
-            self.pos_embed, grid, self.patch_embed.grid_size, self.num_prefix_tokens
-        )
-
-    def sincos_table(self, grid: tuple[int, int]) -> Tensor:
-        """The fixed 2-D sine-cosine table for a patch grid (computed exactly for any grid,
-        nothing to resample). -> (1, gh*gw, D)"""
-        assert self.pos_table is not None
-        if tuple(grid) == tuple(self.patch_embed.grid_size):
-            return self.pos_table
-        return sincos_2d_table(grid, self.config.dim)[None].to(self.pos_table.device)
+    def position_embedding(self, grid: tuple[int, int]) -> Tensor | None:
+        """What the position scheme adds for a patch grid, (1, prefix + gh*gw, D), or None: a
+        learned table bicubically resampled when the grid differs from the one it was trained
+        on, a fixed one computed for the grid."""
+        return self.position.values(grid, self.pos_embed)
 
     def embed(self, x: Tensor) -> Tensor:
         """Patching, projection, +[CLS], +position. (B, C, H, W) -> (B, prefix + N, D).
 
-        A learned table covers [CLS] too; fixed sine-cosine positions go to the patches only."""
+        A learned table covers [CLS] too; fixed sine-cosine positions go to the patches only
+        (the prefix rows of their table are zeros)."""
         tokens = self.patch_embed(x)  # (B, N, D)
         grid = (x.shape[-2] // self.config.patch_size[0], x.shape[-1] // self.config.patch_size[1])
-        if self.pos_table is not None:
-            tokens = tokens + self.sincos_table(grid).to(tokens.dtype)
         if self.cls_token is not None:
             tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
-        if self.pos_embed is not None:
-            tokens = tokens + self.position_embedding(grid)
-        return self.pos_drop(tokens)
+        return self.pos_drop(self.position.add(tokens, grid, self.pos_embed))
 
     def forward_features(
         self, x: Tensor, return_attention: bool = False
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """(B, C, H, W) -> tokens after the final norm (B, prefix + N, D)
-        [, per block attention weights (B, H, prefix + N, prefix + N)]."""
+        [, :class:`AttentionWeights`: "encoder", depth x (B, H, prefix + N, prefix + N)]."""
         tokens, weights = self.encoder(self.embed(x), need_weights=return_attention)
         tokens = self.norm(tokens)
-        return (tokens, weights) if return_attention else tokens
+        if return_attention:
+            return tokens, AttentionWeights("encoder", encoder=weights or [])
+        return tokens
 
     def forward_head(self, tokens: Tensor, pre_logits: bool = False) -> Tensor:
         """(B, L, D) -> pooled (B, D) -> logits (B, num_classes)."""
@@ -211,8 +182,9 @@ class ViT(TfamModel):
 
     def forward(
         self, x: Tensor, return_attention: bool = False
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """x (B, C, H, W) -> logits (B, num_classes) [, list of depth x (B, H, L, L)].
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        """x (B, C, H, W) -> logits (B, num_classes) [, :class:`AttentionWeights`: "encoder",
+        depth x (B, H, L, L)].
 
         The same as ``forward_head(forward_features(x))``. With ``pool='cls'`` the head reads
         [CLS] alone, so the last block computes that one row (its keys and values still come

@@ -28,8 +28,9 @@ def cross_attention(model: nn.Module, src_ids: Tensor, tgt_ids: Tensor, layer: i
 
     src_ids (Ls,) or (1, Ls), tgt_ids (Lt,) or (1, Lt): the decoder's input (``<bos>`` y1 ...);
     row t is where the decoder looked to predict the token after tgt_ids[t]. The model must
-    take ``model(src, tgt, return_attention=True)`` and return ``(logits, {"decoder": [(self,
-    cross) per block]})``. -> (H, Lt, Ls) float32 on the CPU.
+    take ``model(src, tgt, return_attention=True)`` and return ``(logits, weights)`` with a
+    ``"cross"`` group (:class:`~tfam.models.AttentionWeights`, one (B, H, Lt, Ls) map per
+    decoder block). -> (H, Lt, Ls) float32 on the CPU.
     """
     src = src_ids[None] if src_ids.ndim == 1 else src_ids
     tgt = tgt_ids[None] if tgt_ids.ndim == 1 else tgt_ids
@@ -45,17 +46,16 @@ def cross_attention(model: nn.Module, src_ids: Tensor, tgt_ids: Tensor, layer: i
             _, attn = model(src, tgt, return_attention=True)
     finally:
         model.train(was_training)
-    blocks = attn.get("decoder") or []
+    blocks = attn["cross"] if "cross" in getattr(attn, "groups", ()) else ()
     if not blocks:
-        raise ValueError("the model returned no decoder attention: is it an encoder–decoder?")
+        raise ValueError("the model returned no cross-attention: is it an encoder–decoder?")
     depth = len(blocks)
     if not -depth <= layer < depth:
         raise ValueError(
             f"layer={layer} is invalid: the decoder has {depth} blocks; expected 0..{depth - 1} "
             f"or -{depth}..-1"
         )
-    cross = blocks[layer][1]
-    return cross[0].detach().float().cpu()
+    return blocks[layer][0].detach().float().cpu()
 
 
 def _fontsize(count: int) -> float:

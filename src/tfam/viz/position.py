@@ -3,8 +3,8 @@
 As in the ViT paper (Dosovitskiy et al. 2021, figure 7): for every patch position (i, j) a small
 gh x gw map of the cosine similarity of its embedding to the embeddings of all patches. A model
 that learned 2-D structure shows a bright spot at (i, j) fading with distance, often with its
-row and column lit up. A fixed 2-D sine-cosine table (position='sincos2d') is drawn the same
-way, for comparison.
+row and column lit up. A fixed table (position='sincos2d') is drawn the same way, for
+comparison: any scheme that adds a table to the tokens describes its values itself.
 """
 
 from __future__ import annotations
@@ -15,28 +15,36 @@ import numpy as np
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tfam.config import POSITION_SCHEMES
+from tfam.layers.position import PositionScheme
+
 __all__ = ["plot_position_similarity", "position_similarity"]
 
 
 def position_similarity(model: nn.Module) -> Tensor:
     """-> (gh, gw, gh, gw) float32: [i, j, k, l] = cos(pos[i, j], pos[k, l]) over patch tokens
-    (the [CLS] token's entry is left out)."""
-    config = getattr(model, "config", None)
-    position = getattr(config, "position", None)
-    pos = getattr(model, "pos_embed", None)
-    prefix = int(getattr(model, "num_prefix_tokens", 0))
-    if position == "sincos2d":
-        # The fixed table, for comparison with a learned one; it has no prefix rows.
-        pos, prefix = model.pos_table, 0
-    if position == "none" or pos is None:
+    (the prefix ([CLS]) entries are left out). Asks the model's position scheme
+    (``model.position``) for what it adds on the model's patch grid; a scheme that adds nothing
+    to the tokens has nothing to show."""
+    scheme = getattr(model, "position", None)
+    grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)
+    if not isinstance(scheme, PositionScheme) or grid is None:
         raise ValueError(
-            f"position={position!r}: the model has no position embeddings to show; "
-            "valid for models with position='learned' or 'sincos2d'"
+            f"{type(model).__name__} has no position scheme over a patch grid "
+            "(model.position, model.patch_embed): expected a ViT-like model"
         )
-    if not isinstance(pos, Tensor) or pos.ndim != 3:
+    values = scheme.values(tuple(grid), getattr(model, "pos_embed", None))
+    if values is None:
         raise ValueError(
-            f"model.pos_embed has shape {tuple(getattr(pos, 'shape', ()))}; expected (1, L, D)"
+            f"position={scheme.name!r}: the model has no position embeddings to show "
+            f"({scheme.describe()}); valid for schemes that add a table to the tokens: "
+            + ", ".join(repr(n) for n, s in POSITION_SCHEMES.items() if s.acts == "tokens")
         )
+    if not isinstance(values, Tensor) or values.ndim != 3:
+        raise ValueError(
+            f"position values have shape {tuple(getattr(values, 'shape', ()))}; expected (1, L, D)"
+        )
+    pos, prefix = values, scheme.prefix
     gh, gw = model.patch_embed.grid_size
     table = pos.detach().float().cpu()[0, prefix:]  # (N, D)
     if table.shape[0] != gh * gw:
@@ -57,7 +65,7 @@ def plot_position_similarity(
     from matplotlib.figure import Figure
 
     sim = position_similarity(model).numpy()
-    kind = "Fixed 2-D sine-cosine" if model.config.position == "sincos2d" else "Learned"
+    kind = "Learned" if model.position.learned else f"Fixed {model.position.title}"
     gh, gw = sim.shape[:2]
     # One mosaic image with a one-pixel gap between the small maps: a single imshow keeps
     # 14 x 14 grids (196 maps) as quick to draw as 4 x 4 ones.

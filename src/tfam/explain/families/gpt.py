@@ -1,5 +1,6 @@
-"""GPT's own rows: token embedding -> + learned position, the causal stack, and after it:
-final LN -> LM head (tied to the token embedding).
+"""GPT's own rows: token embedding -> + position (when the scheme adds to the tokens; the
+scheme describes itself), the causal stack, and after it: final LN -> LM head (tied to the
+token embedding).
 
 Symbols: L tokens (``max_positions``: the longest context the model takes), V vocabulary, plus
 the bricks' D, H, Dh, F.
@@ -49,15 +50,12 @@ class GPTExplainer(FamilyExplainer):
                        ex.claim("token embedding", m.tok_embed), 0,
                        note=f"each id's row of the V x D = {c.vocab_size} x {c.dim} table"),
         ]  # fmt: skip
-        if m.pos_embed is not None:
+        if m.position.acts == "tokens":
             rows.append(
                 ExplainRow("+ position", out, out, "L x D", "L x D",
                            ex.claim("+ position", m.pos_embed), numel(out),
-                           note=f"add the learned table (max_positions x D = {c.max_positions} "
-                           f"x {c.dim}) at positions 0..L-1"),
+                           note=m.position.describe()),
             )  # fmt: skip
-        elif c.position not in ("rope", "alibi", "none"):
-            raise ValueError(f"explain does not know position={c.position!r}")
         return rows
 
     def head_rows(self, ex: Explainer) -> list[ExplainRow]:
@@ -77,12 +75,13 @@ class GPTExplainer(FamilyExplainer):
         return rows
 
     def header(self, name: str) -> list[str]:
-        c, e = self.model.config, self.symbols()
+        m, c, e = self.model, self.model.config, self.symbols()
         norm = "pre" if c.norm_first else "post"
         return [
             f"{name}: GPT (decoder-only, causal), batch size {self.batch}",
             f"L = max_positions = {e['L']} tokens, V = {e['V']} ids (output "
-            f"{'tied' if c.tie_output else 'untied'}), position: {c.position}",
+            f"{'tied' if c.tie_output else 'untied'}), position: {c.position}"
+            + ("" if m.position.acts == "tokens" else f" ({m.position.describe()})"),
             f"D = {e['D']}, {c.depth} block{'' if c.depth == 1 else 's'} ({norm}-norm, causal), "
             f"H = {e['H']} heads of Dh = {e['Dh']}, F = ffn_dim = {e['F']} ({c.activation})",
         ]

@@ -51,11 +51,10 @@ class TransformerExplainer(FamilyExplainer):
             note=f"each id's row of the V x D = {c.vocab_size} x {c.dim} table{scale}"
             + ("; the table is the source's (shared)" if shared else ""),
         )  # fmt: skip
-        kind = "learned table" if embed.pos_embed is not None else "sinusoidal table"
         position = ExplainRow(
             f"+ position ({side})", out, out, f"{L} x D", f"{L} x D",
             ex.claim(f"{side} position", embed.pos_embed), numel(out),
-            note=f"add the {kind} PE(pos) for positions 0..{L}-1",
+            note=f"{embed.position.describe()}, positions 0..{L}-1",
         )  # fmt: skip
         return [lookup, position]
 

@@ -1,5 +1,5 @@
 """ViT's own rows, in the order of the source documents: patching -> linear projection ->
-+ [CLS] -> + position, and after the encoder: final LN -> pooling -> pre-logits -> head.
++ [CLS] -> + position (the scheme describes itself), and after the encoder: final LN -> pooling -> pre-logits -> head.
 
 Symbols: C channels, H_img x W_img image, P_h x P_w patch, N patches, D width, H heads,
 Dh = D / H, F = ffn_dim, R = representation_size, K = num_classes (image height and width are
@@ -76,14 +76,6 @@ class ViTExplainer(FamilyExplainer):
                        ex.claim("linear projection", pe),
                        2 * numel(patches) * d_out + numel(projected)),
         ]  # fmt: skip
-        if m.pos_table is not None:
-            rows.append(
-                ExplainRow("+ position", projected, projected, "N x D", "N x D", 0,
-                           numel(projected),
-                           note=f"add the fixed 2-D sine-cosine table ({gh * gw} x D, nothing "
-                           "learned) to the patch tokens: rows in the first D/2 features, "
-                           "columns in the last"),
-            )  # fmt: skip
         if m.cls_token is not None:
             rows.append(
                 ExplainRow("+ [CLS]", projected, tokens, "N x D", f"{L} x D",
@@ -91,15 +83,12 @@ class ViTExplainer(FamilyExplainer):
                            note="prepend the learned [CLS] token: one D-vector shared by every "
                            "image"),
             )  # fmt: skip
-        if m.pos_embed is not None:
-            table = " x ".join(map(str, m.pos_embed.shape[1:]))
+        if m.position.acts == "tokens":
             rows.append(
                 ExplainRow("+ position", tokens, tokens, f"{L} x D", f"{L} x D",
                            ex.claim("+ position", m.pos_embed), numel(tokens),
-                           note=f"add the learned position table ({L} x D = {table})"),
+                           note=m.position.describe()),
             )  # fmt: skip
-        elif m.config.position not in ("none", "sincos2d"):
-            raise ValueError(f"explain does not know position={m.config.position!r}")
         return rows
 
     def head_rows(self, ex: Explainer) -> list[ExplainRow]:

@@ -1,0 +1,135 @@
+"""Every registered family, and every position scheme in every family that declares it, under
+one contract: a family or a scheme registered later is covered without writing a test.
+
+For each family (``MODEL_CLASSES``; a small version of its smallest preset):
+``forward_head(forward_features(x))`` equals ``forward(x)``, and ``return_attention=True`` gives
+one :class:`~tfam.models.AttentionWeights` of (B, H, Lq, Lk) maps whose rows are distributions.
+
+For each family and each name in its config's ``position_names()`` (derived from the scheme
+registry and the family's declarations): a small model with that scheme runs forward and
+backward with finite gradients on every parameter, the scheme is wired as it says it acts,
+and ``save_pretrained``/``from_pretrained`` give equal outputs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tfam
+from tfam.config import POSITION_SCHEMES
+from tfam.layers import MultiHeadAttention, TransformerStack
+from tfam.models import (
+    MODEL_CLASSES,
+    AttentionWeights,
+    count_parameters,
+    create_config,
+    list_models,
+)
+
+
+def smallest_preset(family: str) -> str:
+    names = [n for n in list_models() if create_config(n).family == family]
+    return min(names, key=count_parameters)
+
+
+def small(family: str, **overrides: object) -> tfam.models.TfamModel:
+    """The family's smallest preset, shrunk (as the preset contract does), with overrides."""
+    name = smallest_preset(family)
+    config = create_config(name)
+    return tfam.create_model(
+        name, depth=min(config.depth, 2), dim=8 * config.heads, ffn_dim=None, **overrides
+    )
+
+
+FAMILIES = sorted(MODEL_CLASSES)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_features_then_head_equals_forward(family):
+    """In float64, so the one path a family shortens (ViT's last block reading [CLS] alone)
+    agrees to rounding; in float32 the others are bit-equal."""
+    torch.manual_seed(0)
+    model = small(family).double().eval()
+    inputs = tuple(t.double() if t.is_floating_point() else t for t in model.example_inputs(2))
+    with torch.no_grad():
+        out = model(*inputs)
+        features = model.forward_features(*inputs)
+        head = model.forward_head(features)
+    assert isinstance(features, torch.Tensor) and features.shape[0] == 2
+    assert features.shape[-1] == model.config.dim, "features are D wide"
+    torch.testing.assert_close(head, out, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_return_attention_is_one_type(family):
+    torch.manual_seed(0)
+    model = small(family).eval()
+    inputs = model.example_inputs(2)
+    with torch.no_grad():
+        plain = model(*inputs)
+        out, weights = model(*inputs, return_attention=True)
+        features, again = model.forward_features(*inputs, return_attention=True)
+    torch.testing.assert_close(out, plain)
+    torch.testing.assert_close(model.forward_head(features), plain)
+    assert isinstance(weights, AttentionWeights) and isinstance(again, AttentionWeights)
+    assert weights.groups == again.groups and weights.main == weights.groups[0]
+    assert len(weights) == len(weights[weights.main]) > 0
+    assert list(weights) == list(weights[weights.main])
+    heads = model.config.heads
+    for group in weights.groups:
+        maps = weights[group]
+        assert len(maps) > 0, group
+        for i, w in enumerate(maps):
+            assert w.ndim == 4 and w.shape[:2] == (2, heads), (group, i, tuple(w.shape))
+            if group != "cross":
+                assert w.shape[-1] == w.shape[-2], (group, i, tuple(w.shape))
+            # Every query row is a distribution over the keys.
+            torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+    if "cross" in weights:
+        decoder, cross = weights["decoder"], weights["cross"]
+        assert len(decoder) == len(cross)
+        assert cross[0].shape[-2] == decoder[0].shape[-1], "cross queries are the target's"
+        assert cross[0].shape[-1] == weights["encoder"][0].shape[-1], "cross keys the source's"
+    with pytest.raises(KeyError, match="groups"):
+        weights["no such group"]
+
+
+CASES = [
+    (family, position)
+    for family, cls in sorted(MODEL_CLASSES.items())
+    for position in cls.config_class.position_names()
+]
+
+
+def test_every_family_declares_at_least_one_scheme():
+    assert {family for family, _ in CASES} == set(MODEL_CLASSES)
+
+
+@pytest.mark.parametrize("family,position", CASES)
+def test_position_trains_wires_and_saves(family, position, tmp_path):
+    torch.manual_seed(0)
+    model = small(family, position=position)
+    scheme = POSITION_SCHEMES[position]
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    stacks = [m for m in model.modules() if isinstance(m, TransformerStack)]
+    # Wired as it says it acts, and only so.
+    assert any(a.qk_transform is not None for a in attentions) == (scheme.acts == "qk")
+    assert any(s.bias_provider is not None for s in stacks) == (scheme.acts == "scores")
+    inputs = model.example_inputs(batch_size=2)
+    model.train()
+    out = model(*inputs)
+    assert torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None, f"{family}/{position}: {pname} gets no gradient"
+        assert torch.isfinite(p.grad).all(), f"{family}/{position}: {pname} is not finite"
+    model.eval()
+    with torch.no_grad():
+        before = model(*inputs)
+    model.save_pretrained(tmp_path / "m")
+    loaded = tfam.from_pretrained(tmp_path / "m")
+    assert loaded.config.position == position
+    assert set(loaded.state_dict()) == set(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*inputs), before, rtol=0, atol=0)
