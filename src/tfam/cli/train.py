@@ -24,7 +24,7 @@ from tfam.cli.common import (
     parse_sets,
     resolve_model,
 )
-from tfam.cli.translate import TOKENIZER_FILE
+from tfam.runs import TOKENIZER_FILE
 
 # TrainConfig fields a resumed run does not take from the saved run: they say how this
 # invocation stops, talks or where it computes, not what it computes.
@@ -425,7 +425,7 @@ def _items(entry: Any, dataset: Any, task: Any) -> str:
 def _init_notes(init: str, entry: Any) -> list[str]:
     """What --init DIR was trained for when it differs from this run's task or dataset: its
     encoder is reused, its head is not (the trainer's own lines list the tensors)."""
-    from tfam.cli.text import read_config, run_task
+    from tfam.runs import read_config, run_task
 
     path = Path(init)
     if not path.is_dir() or not (path / "config.json").is_file():
@@ -539,7 +539,7 @@ def run(args: argparse.Namespace) -> int:
         save_tokenizer(out, tokenizer)
         classes = getattr(train_set, "classes", None)
         if classes:
-            from tfam.cli.text import write_labels
+            from tfam.runs import write_labels
 
             # The class names of a text run's outputs, for predict and eval (an image run
             # keeps its classes in preprocess.json).

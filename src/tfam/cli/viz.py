@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from tfam.cli.common import add_device_option, device_from, resolve_model
-from tfam.cli.predict import add_image_options, image_options
+from tfam.cli.common import (
+    add_device_option,
+    add_image_options,
+    device_from,
+    image_options,
+    resolve_model,
+)
+from tfam.runs import run_is_seq2seq
 
 EPILOG = """examples:
   tfam viz attention runs/digits test:0 --out attention.png    a test image of the run's dataset
@@ -165,8 +170,6 @@ def _layer_index(layer: int, depth: int) -> int:
 def _seq2seq_source(args: argparse.Namespace) -> bool:
     """Whether DIR holds an encoder–decoder (judged from config.json; anything unreadable is
     left to the image path, whose errors are unchanged)."""
-    from tfam.cli.translate import run_is_seq2seq
-
     try:
         source = resolve_model(args.dir, what="DIR", kinds=("dir",))
     except (ValueError, FileNotFoundError):
@@ -179,13 +182,8 @@ def run_alignment(args: argparse.Namespace) -> int:
     import torch
 
     from tfam.cli.common import check_not_empty
-    from tfam.cli.translate import (
-        decode,
-        encode_texts,
-        load_seq2seq,
-        token_labels,
-        translate_ids,
-    )
+    from tfam.cli.text import decode, encode_texts, note, token_labels, translate_ids
+    from tfam.runs import load_seq2seq
     from tfam.viz import cross_attention, plot_alignment
 
     run_dir = _run_dir(args)
@@ -199,7 +197,7 @@ def run_alignment(args: argparse.Namespace) -> int:
         run.tokenizer,
         run.max_positions,
         truncate=args.truncate,
-        warn=lambda text: print(f"tfam: note: {text}", file=sys.stderr),
+        warn=note,
     )
     (gen,) = translate_ids(run, [src], beam=1)
     eos, bos = run.tokenizer.eos_id, run.tokenizer.bos_id

@@ -38,15 +38,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.interop.hf_vit import (
+from tfam.interop.common import (
     HF_TO_TFAM_ACT,
     TFAM_TO_HF_ACT,
     TFAM_TO_HF_ATTN,
     build_hf_model,
+    random_ids,
     refuse_inexact_attention,
     require_transformers,
     warn_drop_path_dropped,
 )
+from tfam.interop.registry import Converter, register_converter
 from tfam.models.bert import Bert, BertConfig
 
 HF_KINDS = {  # transformers class name -> (tfam head, key prefix of the encoder)
@@ -304,13 +306,15 @@ def bert_to_hf(model: Bert, *, attn_implementation: str | None = None, **options
     BertForTokenClassification, BertForSequenceClassification) computing what ``model``
     computes, with copies of its weights, on its device and dtype and in its train/eval mode.
     ``attn_implementation`` defaults to 'eager' for tfam's 'math' kernel and 'sdpa' otherwise;
-    ``options`` go to transformers.BertConfig.
+    ``options`` go to transformers.BertConfig; ``id2label`` alone brings its ``label2id``.
 
     Refused (``ValueError``): pre-norm blocks, RMSNorm, activations HF lacks, no Q/K/V bias, a
     pooler under a token or MLM head, attention kernels without an HF counterpart."""
     transformers = require_transformers()
     c = model.config
     kind = HEAD_TO_HF[c.head]
+    if options.get("id2label") is not None and "label2id" not in options:
+        options["label2id"] = {name: i for i, name in options["id2label"].items()}
     hf_config = config_to_hf(c, **options)
     cls = getattr(transformers, kind)
     if kind == "BertModel":
@@ -339,3 +343,37 @@ def bert_to_hf(model: Bert, *, attn_implementation: str | None = None, **options
     if c.head == "mlm":
         hf.tie_weights()
     return hf.train(model.training)
+
+
+def compare(tfam_model: Bert, hf_model: Any) -> float:
+    """Max |difference| of the hidden states and the head's output (logits; pooler output of a
+    BertModel with one) of a tfam BERT and its HF counterpart on 2 rows of 7 random ids, the
+    second ending in 3 padding tokens."""
+    c = tfam_model.config
+    length = min(7, c.max_positions)
+    ids = random_ids(c.vocab_size, length)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[1, max(1, length - 3) :] = False
+    ids[~mask] = c.pad_token_id
+    hidden = tfam_model.forward_features(ids, mask)
+    out = hf_model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=True)
+    diffs = [(hidden - out.hidden_states[-1]).abs().max().item()]
+    if c.head != "none":
+        diffs.append((tfam_model.forward_head(hidden) - out.logits).abs().max().item())
+    elif getattr(out, "pooler_output", None) is not None and tfam_model.pooler is not None:
+        diffs.append((tfam_model.pool(hidden) - out.pooler_output).abs().max().item())
+    return max(diffs)
+
+
+register_converter(
+    Converter(
+        model_type="bert",
+        family=Bert,
+        hf_classes=tuple(HF_KINDS),
+        from_hf=bert_from_hf,
+        to_hf=bert_to_hf,
+        compare=compare,
+        optional_pooler={"BertModel": "pooler.dense"},
+        read_dir=load_hf_bert_dir,
+    )
+)

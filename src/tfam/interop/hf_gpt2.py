@@ -36,15 +36,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from tfam.interop.hf_vit import (
+from tfam.interop.common import (
     HF_TO_TFAM_ACT,
     TFAM_TO_HF_ACT,
     TFAM_TO_HF_ATTN,
     build_hf_model,
+    random_ids,
+    refusal,
     refuse_inexact_attention,
+    refuse_unlike_blocks,
     require_transformers,
     warn_drop_path_dropped,
 )
+from tfam.interop.registry import Converter, register_converter
 from tfam.models.gpt import GPT, GPTConfig
 
 if TYPE_CHECKING:  # transformers is optional: imported only when a conversion runs
@@ -222,25 +226,12 @@ def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
     transformers = require_transformers()
     c = model.config
 
-    def refuse(name: str, value: Any, why: str) -> ValueError:
-        return ValueError(f"{name}={value!r} cannot be converted to Hugging Face GPT-2: {why}")
-
+    refuse = refusal("Hugging Face GPT-2")
     if c.position != "learned":
         raise refuse("position", c.position, "GPT-2 always adds a learned position table")
-    if c.norm != "layernorm":
-        raise refuse("norm", c.norm, "GPT-2 uses LayerNorm")
-    if not c.norm_first:
-        raise refuse("norm_first", c.norm_first, "GPT-2 blocks are pre-norm")
-    if not c.final_norm:
-        raise refuse("final_norm", c.final_norm, "GPT-2 always applies a final LayerNorm")
     if not c.qkv_bias:
         raise refuse("qkv_bias", c.qkv_bias, "GPT-2's c_attn always has a bias")
-    if c.activation not in TFAM_TO_HF_ACT:
-        raise refuse(
-            "activation",
-            c.activation,
-            f"GPT-2's MLP is not gated; convertible: {', '.join(map(repr, TFAM_TO_HF_ACT))}",
-        )
+    refuse_unlike_blocks(c, "Hugging Face GPT-2", "GPT-2", norm_first=True)
     refuse_inexact_attention(c.attention, "Hugging Face GPT-2")
     warn_drop_path_dropped(c.drop_path, "GPT-2")
     return transformers.GPT2Config(
@@ -295,7 +286,30 @@ def gpt2_to_hf(model: GPT, *, attn_implementation: str | None = None) -> PreTrai
     return hf.train(model.training)
 
 
+def compare(tfam_model: GPT, hf_model: Any) -> float:
+    """Max |difference| of the logits (GPT2LMHeadModel) or last hidden states (GPT2Model) of a
+    tfam GPT and its HF counterpart on 2 rows of 7 random ids."""
+    c = tfam_model.config
+    ids = random_ids(c.vocab_size, min(7, c.max_positions))
+    if hasattr(hf_model, "lm_head"):
+        return (tfam_model(ids) - hf_model(input_ids=ids).logits).abs().max().item()
+    hidden = hf_model(input_ids=ids).last_hidden_state
+    return (tfam_model.forward_features(ids) - hidden).abs().max().item()
+
+
+register_converter(
+    Converter(
+        model_type="gpt2",
+        family=GPT,
+        hf_classes=("GPT2LMHeadModel", "GPT2Model"),
+        from_hf=gpt2_from_hf,
+        to_hf=gpt2_to_hf,
+        compare=compare,
+    )
+)
+
 __all__ = [
+    "compare",
     "config_from_hf",
     "config_to_hf",
     "gpt2_from_hf",

@@ -48,38 +48,29 @@ lands on slightly different values; only the installed 5.x code was compared.
 from __future__ import annotations
 
 import re
-import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
+from tfam.interop.common import (  # noqa: F401  (INSTALL_HINT, require_transformers: re-exported)
+    HF_TO_TFAM_ACT,
+    INSTALL_HINT,
+    TFAM_TO_HF_ACT,
+    TFAM_TO_HF_ATTN,
+    build_hf_model,
+    random_images,
+    refusal,
+    refuse_inexact_attention,
+    refuse_unlike_blocks,
+    require_transformers,
+    warn_drop_path_dropped,
+)
+from tfam.interop.registry import Converter, register_converter
 from tfam.models.vit import ViT, ViTConfig
 
 if TYPE_CHECKING:  # transformers is optional: imported only when a conversion runs
     from transformers import PreTrainedModel
-
-INSTALL_HINT = (
-    "Hugging Face interop needs the optional `transformers` package: "
-    "pip install 'transformers>=4.40' (or pip install -e '.[dev]' in a tfam checkout)"
-)
-
-# HF hidden_act -> tfam activation. Only exact counterparts: 'gelu_new' is the tanh formula
-# written out, the same function as torch's approximate='tanh' up to float rounding.
-HF_TO_TFAM_ACT = {
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-}
-# tfam activation -> HF hidden_act; 'gelu_pytorch_tanh' calls the same torch kernel as tfam.
-TFAM_TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}
-# tfam kernels that compute exact softmax attention, and the HF implementation that matches.
-TFAM_TO_HF_ATTN = {"math": "eager", "sdpa": "sdpa", "auto": "sdpa"}
 
 # transformers 4.x layer names -> 5.x (the renames transformers 5.x applies itself when it
 # loads an old ViT checkpoint, see its conversion_mapping.py). Keys are handled in the 5.x
@@ -94,46 +85,6 @@ _LEGACY_RENAMES = [
     (re.compile(r"(^|\.)(layers\.\d+)\.output\.dense\."), r"\1\2.mlp.fc2."),
 ]
 _IGNORED_HF_KEYS = {"embeddings.mask_token"}
-
-
-def require_transformers() -> Any:
-    """Import transformers or fail with an install hint."""
-    try:
-        import transformers
-    except ImportError as err:
-        raise ImportError(INSTALL_HINT) from err
-    return transformers
-
-
-def refuse_inexact_attention(attention: str, target: str) -> None:
-    """A ValueError naming ``attention`` when it has no Hugging Face counterpart: only the
-    exact softmax kernels convert, so a converted model never computes something else."""
-    if attention not in TFAM_TO_HF_ATTN:
-        raise ValueError(
-            f"attention={attention!r} cannot be converted to {target}: only the exact softmax "
-            f"kernels {', '.join(map(repr, TFAM_TO_HF_ATTN))} have an HF counterpart; if this "
-            "kernel is exact, call model.set_attention('sdpa') first"
-        )
-
-
-def warn_drop_path_dropped(drop_path: float, target: str) -> None:
-    """Hugging Face's ViT, BERT and GPT-2 have no stochastic depth: say it is left out."""
-    if drop_path:
-        warnings.warn(
-            f"drop_path={drop_path} is dropped: {target} has no stochastic depth (eval outputs "
-            "are unchanged; training the HF model will differ)",
-            stacklevel=4,
-        )
-
-
-def build_hf_model(make: Callable[[], Any], like: nn.Module) -> Any:
-    """``make()``'s Hugging Face model, on ``like``'s device and dtype, built under a forked RNG:
-    HF initialises a new model randomly before tfam's weights are copied in, and that must not
-    move the caller's random stream."""
-    with torch.random.fork_rng(devices=[]):
-        hf = make()
-    param = next(like.parameters())
-    return hf.to(device=param.device, dtype=param.dtype)
 
 
 def canonical_hf_key(key: str) -> str:
@@ -347,27 +298,14 @@ def config_to_hf(
     transformers = require_transformers()
     c = model.config
 
-    def refuse(field_name: str, value: Any, why: str) -> ValueError:
-        return ValueError(f"{field_name}={value!r} cannot be converted to Hugging Face ViT: {why}")
-
+    refuse = refusal("Hugging Face ViT")
     if not c.class_token:
         raise refuse("class_token", c.class_token, "HF ViT always prepends a [CLS] token")
     if c.pool != "cls":
         raise refuse("pool", c.pool, "HF ViT classifies from the [CLS] token (pool='cls')")
     if c.position != "learned":
         raise refuse("position", c.position, "HF ViT always adds a learned position table")
-    if c.norm != "layernorm":
-        raise refuse("norm", c.norm, "HF ViT uses LayerNorm")
-    if not c.norm_first:
-        raise refuse("norm_first", c.norm_first, "HF ViT blocks are pre-norm")
-    if not c.final_norm:
-        raise refuse("final_norm", c.final_norm, "HF ViT always applies a final LayerNorm")
-    if c.activation not in TFAM_TO_HF_ACT:
-        raise refuse(
-            "activation",
-            c.activation,
-            f"HF ViT's MLP is not gated; convertible: {', '.join(map(repr, TFAM_TO_HF_ACT))}",
-        )
+    refuse_unlike_blocks(c, "Hugging Face ViT", "HF ViT", norm_first=True)
     refuse_inexact_attention(c.attention, "Hugging Face ViT")
     if c.representation_size and c.num_classes:
         raise refuse(
@@ -462,11 +400,44 @@ def vit_to_hf(
     return hf.train(model.training)
 
 
+def compare(tfam_model: ViT, hf_model: Any) -> float:
+    """Max |difference| of the last hidden states and outputs (logits, pooler output, or the
+    normed [CLS] token) of a tfam ViT and its HF counterpart on 2 random images."""
+    c = tfam_model.config
+    x = random_images(c.in_channels, c.image_size)
+    base = hf_model.vit if hasattr(hf_model, "vit") else hf_model
+    tokens = tfam_model.forward_features(x)
+    ours = tfam_model.forward_head(tokens)
+    out = base(pixel_values=x)
+    hidden = out.last_hidden_state
+    if base is not hf_model:
+        theirs = hf_model(pixel_values=x).logits
+    elif out.pooler_output is not None:
+        theirs = out.pooler_output
+    else:
+        theirs = hidden[:, 0]
+    return max((tokens - hidden).abs().max().item(), (ours - theirs).abs().max().item())
+
+
+register_converter(
+    Converter(
+        model_type="vit",
+        family=ViT,
+        hf_classes=("ViTForImageClassification", "ViTModel"),
+        from_hf=vit_from_hf,
+        to_hf=vit_to_hf,
+        compare=compare,
+        sample="2 random images",
+        optional_pooler={"ViTModel": "pooler.dense"},
+    )
+)
+
 __all__ = [
     "HF_TO_TFAM_ACT",
     "INSTALL_HINT",
     "TFAM_TO_HF_ACT",
     "canonical_hf_key",
+    "compare",
     "config_from_hf",
     "config_to_hf",
     "require_transformers",
