@@ -54,9 +54,9 @@ def register_converter(converter: Converter) -> Converter:
     family's ``converters``."""
     CONVERTERS[converter.model_type] = converter
     family = converter.family
-    # The family's own tuple (not an inherited one), without an earlier copy of this converter.
-    own = [c for c in family.__dict__.get("converters", ()) if c.model_type != converter.model_type]
-    family.converters = (*own, converter)
+    # Without an earlier copy of this converter (a module reload registers it again).
+    kept = [c for c in family.converters if c.model_type != converter.model_type]
+    family.converters = (*kept, converter)
     return converter
 
 

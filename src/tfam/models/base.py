@@ -45,6 +45,7 @@ class TfamModel(nn.Module, ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls.converters = ()  # a subclass is another family: it does not inherit converters
         if getattr(cls, "config_class", None) is not None:
             MODEL_CLASSES[cls.config_class.family] = cls
 
