@@ -42,6 +42,7 @@ __all__ = [
     "ModelSource",
     "RunTask",
     "Seq2SeqRun",
+    "TextRun",
     "describe_run",
     "family_class",
     "is_seq2seq",
@@ -398,8 +399,9 @@ def _check_vocab(run_dir: Path, tokenizer: Any, config: Any) -> None:
 
 
 @dataclass
-class Seq2SeqRun:
-    """A loaded seq2seq run: its directory, model (eval mode, on ``device``) and tokenizer."""
+class TextRun:
+    """A loaded text run: its directory, model (eval mode, on ``device``) and tokenizer (None
+    for a language model without tokenizer.json)."""
 
     run_dir: Path
     model: Any
@@ -408,7 +410,15 @@ class Seq2SeqRun:
 
     @property
     def max_positions(self) -> int:
+        """The model's positions: a decoder-only model's context, a seq2seq model's longest
+        source or target."""
         return int(self.model.config.max_positions)
+
+    context = max_positions
+
+
+# The runs the seq2seq and the language-model commands load (one shape).
+Seq2SeqRun = LMRun = TextRun
 
 
 def load_seq2seq(dir_arg: str, device: Any, command: str) -> Seq2SeqRun:
@@ -437,21 +447,6 @@ def load_seq2seq(dir_arg: str, device: Any, command: str) -> Seq2SeqRun:
                 f"{name}_token_id={theirs}: the tokenizer is not the model's"
             )
     return Seq2SeqRun(run_dir, model, tokenizer, device)
-
-
-@dataclass
-class LMRun:
-    """A loaded decoder-only run: directory, model (eval mode, on ``device``), tokenizer (None
-    for a model without tokenizer.json)."""
-
-    run_dir: Path
-    model: Any
-    tokenizer: Any
-    device: Any
-
-    @property
-    def context(self) -> int:
-        return int(self.model.config.max_positions)
 
 
 def load_lm(dir_arg: str, device: Any, need_tokenizer: bool) -> LMRun:

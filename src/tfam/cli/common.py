@@ -20,6 +20,8 @@ from tfam import runs
 
 __all__ = [
     "ModelSource",
+    "add_batch_size_option",
+    "add_command",
     "add_dataclass_options",
     "add_device_option",
     "add_image_options",
@@ -265,6 +267,25 @@ def resolve_device(spec: str) -> Any:
     from tfam.training.devices import resolve_device as resolve
 
     return resolve(spec)
+
+
+def add_command(subparsers: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A subcommand's parser (``help``, ``description``, ``epilog`` as given), its epilog's
+    examples printed as written."""
+    return subparsers.add_parser(
+        name, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
+    )
+
+
+def add_batch_size_option(parser: argparse.ArgumentParser, default: int, per: str) -> None:
+    """--batch-size N: sentences per ``per`` (e.g. "forward pass")."""
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"sentences per {per} (default: {default})",
+    )
 
 
 def add_device_option(parser: argparse.ArgumentParser) -> None:

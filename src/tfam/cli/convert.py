@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from tfam.cli.common import add_command
+
 EPILOG = """examples:
   tfam convert tfam-to-hf runs/digits hf/digits     a trained tfam ViT -> HF ViTForImageClassification
   tfam convert hf-to-tfam hf/digits runs/from-hf    a local HF ViT dir (save_pretrained) -> tfam
@@ -43,14 +45,14 @@ def _converters() -> dict[str, Any]:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "convert",
         help="convert a ViT, BERT or GPT between Hugging Face transformers and tfam directories",
         description="Convert a ViT, BERT or GPT-2 between a local Hugging Face directory "
         "(save_pretrained) and a tfam model directory, then check the written model against "
         "the source.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "direction",

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tfam.cli.common import add_device_option, device_from
+from tfam.cli.common import add_batch_size_option, add_command, add_device_option, device_from
 
 EPILOG = """examples:
   tfam embed minilm_l6 "A fine film." "A dull film."        one line of 384 numbers per sentence
@@ -33,13 +33,13 @@ the numbers in full float32 precision.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "embed",
         help="mean-pooled sentence embeddings of a BERT (e.g. minilm_l6)",
         description="Print the sentence embedding (mean-pooled last hidden states) of each "
         "sentence.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "model",
@@ -61,13 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="text",
         help="text: one line of numbers per sentence; json: one object (default: text)",
     )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=64,
-        metavar="N",
-        help="sentences per forward pass (default: 64)",
-    )
+    add_batch_size_option(p, 64, "forward pass")
     add_device_option(p)
     p.set_defaults(func=run, trailing="texts")
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tfam.cli.common import add_device_option, device_from, resolve_model
+from tfam.cli.common import add_command, add_device_option, device_from, resolve_model
 from tfam.cli.text import add_decoding_options
 from tfam.runs import run_is_seq2seq
 
@@ -45,12 +45,12 @@ EXAMPLES_SHOWN = 5
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "eval",
         help="accuracy, per-class table and confusion matrix of a trained model",
         description="Evaluate a trained model (a run directory of `tfam train`) on a dataset split.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir", metavar="DIR", help="run directory: config.json, model.safetensors, preprocess.json"
@@ -97,6 +97,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _split(args: argparse.Namespace, entry: Any) -> str:
+    """--split, checked against the dataset's splits; default its test (else val) split."""
+    split = args.split or entry.test_split or entry.val_split
+    if split not in entry.splits:
+        raise ValueError(
+            f"--split {split!r} is invalid for {entry.name}: expected one of "
+            f"{', '.join(entry.splits)}"
+        )
+    return split
+
+
 def _write_json(path: Path, data: dict) -> None:
     from tfam.training.results import write_json  # torch loads only when a command runs
 
@@ -131,12 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if not name:
         raise ValueError("preprocess.json names no dataset: pass --data NAME_OR_DIR")
     entry = resolve_data(name)
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
+    split = _split(args, entry)
     data = entry.load(split, root=args.root)
     size = data.image_size if isinstance(data.image_size, tuple) else (data.image_size,) * 2
     if data.in_channels != pre.in_channels or len(data.classes) != len(pre.classes):
@@ -210,7 +216,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     """Translate the held-out split and score it with sacreBLEU and chrF."""
     import sacrebleu
 
-    from tfam.cli.text import check_decoding, decode, translate_ids
+    from tfam.cli.text import check_decoding, translate_sources
     from tfam.data import resolve_data
     from tfam.runs import load_seq2seq, train_args
 
@@ -224,12 +230,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     if not name:
         raise ValueError(f"{run_dir}/train_args.json names no dataset: pass --data NAME")
     entry = resolve_data(name)
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
+    split = _split(args, entry)
     run = load_seq2seq(args.dir, device_from(args), "eval")
     check_decoding(args, run.max_positions)
     pairs = _pairs(entry.load(split, root=args.root), entry.name, split)
@@ -250,16 +251,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
         "greedy" if args.beam == 1 else f"beam {args.beam}, length penalty {args.length_penalty:g}"
     )
     print(f"model {run_dir} on {entry.name} {split}: {shown} sentences, {decoding}", flush=True)
-    outputs = translate_ids(
-        run,
-        sources,
-        beam=args.beam,
-        length_penalty=args.length_penalty,
-        max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-        progress=True,
-    )
-    hyps = [decode(run, ids) for ids in outputs]
+    hyps = translate_sources(run, sources, args)
     refs = [ref for _, ref in pairs]
     bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
     bleu = bleu_metric.corpus_score(hyps, [refs])
@@ -346,12 +338,7 @@ def run_text(args: argparse.Namespace) -> int:
             f"--data {entry.name} is a {entry.task} dataset; a {config.family} model is "
             f"evaluated on {', '.join(family_tasks)}"
         )
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
+    split = _split(args, entry)
     device = device_from(args)
     data = entry.load(split, root=args.root)
     _check_text_data(data, config, entry.name)

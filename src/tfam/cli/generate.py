@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tfam.cli.common import add_device_option, device_from
+from tfam.cli.common import add_command, add_device_option, device_from
 from tfam.runs import LMRun, load_lm
 
 DEFAULT_NEW_TOKENS = 200
@@ -37,12 +37,12 @@ error that says the limit.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "generate",
         help="continue a prompt with a GPT run (sampling, greedy, top-k, top-p)",
         description="Generate text with a decoder-only language model (a GPT run directory).",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tfam.cli.common import (
+    add_command,
     add_device_option,
     add_image_options,
     device_from,
@@ -38,13 +39,13 @@ paper) is inverted and its contrast stretched; --invert yes|no and --no-stretch 
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "predict",
         help="top-k classes of images or sentences, tags of words, translations",
         description="Classify image files (PNG, JPEG, ... via Pillow) or sentences, tag words, "
         "or translate sentences with a trained model.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir", metavar="DIR", help="run directory: config.json, model.safetensors, preprocess.json"

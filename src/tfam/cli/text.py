@@ -250,6 +250,14 @@ def translate_texts(
     sources = encode_texts(
         texts, names, run.tokenizer, run.max_positions, truncate=args.truncate, warn=note
     )
+    return translate_sources(run, sources, args)
+
+
+def translate_sources(
+    run: Any, sources: Sequence[Sequence[int]], args: argparse.Namespace
+) -> list[str]:
+    """The decoded translations of source ids, with the decoding options of ``args`` (a
+    progress bar on a terminal)."""
     outputs = translate_ids(
         run,
         sources,

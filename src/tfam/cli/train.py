@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfam.cli.common import (
+    add_command,
     add_dataclass_options,
     check_threads,
     field_option,
@@ -148,7 +149,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from tfam.data import list_datasets
 
     datasets = ", ".join(list_datasets())
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "train",
         help=f"train a model on a dataset ({datasets}) or your image folder",
         description=(
@@ -157,7 +159,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "kill/resume."
         ),
         epilog=EPILOG_HEAD + _recipes_text() + "\n" + EPILOG_TAIL,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "family",

@@ -8,7 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tfam.cli.common import add_device_option, device_from, read_texts
+from tfam.cli.common import (
+    add_batch_size_option,
+    add_command,
+    add_device_option,
+    device_from,
+    read_texts,
+)
 from tfam.cli.text import add_decoding_options, check_decoding, translate_texts
 from tfam.runs import load_seq2seq
 
@@ -29,7 +35,8 @@ model's positions). A sentence longer than the model's positions is an error unl
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "translate",
         help="translate sentences (arguments or stdin) with a seq2seq run",
         description=(
@@ -37,7 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "output line per input sentence."
         ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir", metavar="DIR", help="run directory: config.json, model.safetensors, tokenizer.json"
@@ -49,13 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sentences to translate; none or '-': read one sentence per line from stdin",
     )
     add_decoding_options(p)
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=32,
-        metavar="N",
-        help="sentences per generate call (default: 32)",
-    )
+    add_batch_size_option(p, 32, "generate call")
     add_device_option(p)
     p.set_defaults(func=run, trailing="texts")
 

@@ -10,7 +10,7 @@ A converter module (``hf_<name>.py``) imports these and registers itself with
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -77,6 +77,33 @@ def refuse_unlike_blocks(config: Any, target: str, short: str, *, norm_first: bo
         )
 
 
+def activation_from_hf(act: Any, name: str = "hidden_act") -> str:
+    """The tfam activation of an HF activation name; a one-line ValueError naming ``name``
+    when tfam has no exact counterpart."""
+    if not isinstance(act, str) or act not in HF_TO_TFAM_ACT:
+        raise ValueError(
+            f"{name}={act!r} is invalid for conversion: tfam has exact counterparts for "
+            f"{', '.join(map(repr, HF_TO_TFAM_ACT))}"
+        )
+    return HF_TO_TFAM_ACT[act]
+
+
+def encoder_fields_to_hf(config: Any) -> dict[str, Any]:
+    """The fields HF's BERT-style configs (BertConfig, ViTConfig) name alike, from a tfam
+    config: widths, depth, heads, activation, dropouts, init and norm epsilon."""
+    return dict(
+        hidden_size=config.dim,
+        num_hidden_layers=config.depth,
+        num_attention_heads=config.heads,
+        intermediate_size=config.ffn_dim,
+        hidden_act=TFAM_TO_HF_ACT[config.activation],
+        hidden_dropout_prob=config.dropout,
+        attention_probs_dropout_prob=config.attn_dropout,
+        initializer_range=config.init_std,
+        layer_norm_eps=config.norm_eps,
+    )
+
+
 def refuse_inexact_attention(attention: str, target: str) -> None:
     """A ValueError naming ``attention`` when it has no Hugging Face counterpart: only the
     exact softmax kernels convert, so a converted model never computes something else."""
@@ -108,6 +135,16 @@ def build_hf_model(make: Callable[[], Any], like: nn.Module) -> Any:
     return hf.to(device=param.device, dtype=param.dtype)
 
 
+def refuse_unused_weights(names: Iterable[str], family: str) -> None:
+    """A one-line ValueError listing HF weights that no tfam weight took (the first 8)."""
+    left = sorted(names)
+    if left:
+        raise ValueError(
+            f"hf_model has weights tfam's {family} cannot represent: {', '.join(left[:8])}"
+            + (" ..." if len(left) > 8 else "")
+        )
+
+
 def random_images(in_channels: int, image_size: tuple[int, int]) -> torch.Tensor:
     """Two reproducible random images (B=2, C, H, W) for a conversion check."""
     g = torch.Generator().manual_seed(0)
@@ -125,12 +162,15 @@ __all__ = [
     "INSTALL_HINT",
     "TFAM_TO_HF_ACT",
     "TFAM_TO_HF_ATTN",
+    "activation_from_hf",
     "build_hf_model",
+    "encoder_fields_to_hf",
     "random_ids",
     "random_images",
     "refusal",
     "refuse_inexact_attention",
     "refuse_unlike_blocks",
+    "refuse_unused_weights",
     "require_transformers",
     "warn_drop_path_dropped",
 ]

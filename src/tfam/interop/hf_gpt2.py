@@ -36,18 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from tfam.interop.common import (
-    HF_TO_TFAM_ACT,
-    TFAM_TO_HF_ACT,
-    TFAM_TO_HF_ATTN,
-    build_hf_model,
-    random_ids,
-    refusal,
-    refuse_inexact_attention,
-    refuse_unlike_blocks,
-    require_transformers,
-    warn_drop_path_dropped,
-)
+from tfam.interop import common
 from tfam.interop.registry import Converter, register_converter
 from tfam.models.gpt import GPT, GPTConfig
 
@@ -100,13 +89,7 @@ def config_from_hf(
     def refuse(name: str, value: Any, why: str) -> ValueError:
         return ValueError(f"{name}={value!r} is invalid for conversion: {why}")
 
-    act = hf_config.activation_function
-    if act not in HF_TO_TFAM_ACT:
-        raise refuse(
-            "activation_function",
-            act,
-            f"tfam has exact counterparts for {', '.join(map(repr, HF_TO_TFAM_ACT))}",
-        )
+    activation = common.activation_from_hf(hf_config.activation_function, "activation_function")
     if not getattr(hf_config, "scale_attn_weights", True):
         raise refuse("scale_attn_weights", False, "tfam always scales scores by 1/sqrt(Dh)")
     if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False):
@@ -127,7 +110,7 @@ def config_from_hf(
         depth=hf_config.n_layer,
         heads=hf_config.n_head,
         ffn_dim=hf_config.n_inner or 4 * hf_config.n_embd,
-        activation=HF_TO_TFAM_ACT[act],
+        activation=activation,
         norm="layernorm",
         norm_eps=float(hf_config.layer_norm_epsilon),
         norm_first=True,
@@ -160,7 +143,7 @@ def _special(hf_config: Any, name: str) -> int | None:
 
 
 def _hf_kind(hf_model: Any) -> str:
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     if isinstance(hf_model, transformers.GPT2LMHeadModel):
         return "lm"
     if isinstance(hf_model, transformers.GPT2Model):
@@ -204,12 +187,9 @@ def gpt2_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdp
             # Copies, never views: the tfam model must not share storage with hf_model.
             state[name] = part.contiguous().clone()
         used.add(hf_name)
-    left = sorted(set(hf_state) - used - ({"lm_head.weight"} if tied else set()))
-    if left:
-        raise ValueError(
-            f"hf_model has weights tfam's GPT cannot represent: {', '.join(left[:8])}"
-            + (" ..." if len(left) > 8 else "")
-        )
+    common.refuse_unused_weights(
+        set(hf_state) - used - ({"lm_head.weight"} if tied else set()), "GPT"
+    )
     # Built on the meta device: no random init to pay for or to draw from the caller's RNG.
     with torch.device("meta"):
         model = GPT(config)
@@ -223,17 +203,17 @@ def gpt2_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdp
 
 def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
     """The transformers GPT2Config for a tfam GPT; refuses what GPT-2 cannot express."""
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     c = model.config
 
-    refuse = refusal("Hugging Face GPT-2")
+    refuse = common.refusal("Hugging Face GPT-2")
     if c.position != "learned":
         raise refuse("position", c.position, "GPT-2 always adds a learned position table")
     if not c.qkv_bias:
         raise refuse("qkv_bias", c.qkv_bias, "GPT-2's c_attn always has a bias")
-    refuse_unlike_blocks(c, "Hugging Face GPT-2", "GPT-2", norm_first=True)
-    refuse_inexact_attention(c.attention, "Hugging Face GPT-2")
-    warn_drop_path_dropped(c.drop_path, "GPT-2")
+    common.refuse_unlike_blocks(c, "Hugging Face GPT-2", "GPT-2", norm_first=True)
+    common.refuse_inexact_attention(c.attention, "Hugging Face GPT-2")
+    common.warn_drop_path_dropped(c.drop_path, "GPT-2")
     return transformers.GPT2Config(
         vocab_size=c.vocab_size,
         n_positions=c.max_positions,
@@ -241,7 +221,7 @@ def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
         n_layer=c.depth,
         n_head=c.heads,
         n_inner=c.ffn_dim,
-        activation_function=TFAM_TO_HF_ACT[c.activation],
+        activation_function=common.TFAM_TO_HF_ACT[c.activation],
         resid_pdrop=c.dropout,
         embd_pdrop=c.dropout,
         attn_pdrop=c.attn_dropout,
@@ -251,7 +231,7 @@ def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
         eos_token_id=c.eos_token_id,
         pad_token_id=c.pad_token_id,
         tie_word_embeddings=c.tie_output,
-        attn_implementation=attn_implementation or TFAM_TO_HF_ATTN[c.attention],
+        attn_implementation=attn_implementation or common.TFAM_TO_HF_ATTN[c.attention],
     )
 
 
@@ -265,9 +245,9 @@ def gpt2_to_hf(model: GPT, *, attn_implementation: str | None = None) -> PreTrai
     """
     if not isinstance(model, GPT):
         raise ValueError(f"model={type(model).__name__} is invalid: expected a tfam GPT")
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     hf_config = config_to_hf(model, attn_implementation=attn_implementation)
-    hf = build_hf_model(lambda: transformers.GPT2LMHeadModel(hf_config), model)
+    hf = common.build_hf_model(lambda: transformers.GPT2LMHeadModel(hf_config), model)
     tfam_state = model.state_dict()
     state: dict[str, Tensor] = {}
     for hf_name, tfam_names, transposed in weight_pairs(model.config):
@@ -290,7 +270,7 @@ def compare(tfam_model: GPT, hf_model: Any) -> float:
     """Max |difference| of the logits (GPT2LMHeadModel) or last hidden states (GPT2Model) of a
     tfam GPT and its HF counterpart on 2 rows of 7 random ids."""
     c = tfam_model.config
-    ids = random_ids(c.vocab_size, min(7, c.max_positions))
+    ids = common.random_ids(c.vocab_size, min(7, c.max_positions))
     if hasattr(hf_model, "lm_head"):
         return (tfam_model(ids) - hf_model(input_ids=ids).logits).abs().max().item()
     hidden = hf_model(input_ids=ids).last_hidden_state

@@ -53,16 +53,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from tfam.interop.common import (  # noqa: F401  (INSTALL_HINT, require_transformers: re-exported)
+from tfam.interop.common import (  # noqa: F401  (names hf_vit.py exported before common.py)
     HF_TO_TFAM_ACT,
     INSTALL_HINT,
     TFAM_TO_HF_ACT,
     TFAM_TO_HF_ATTN,
+    activation_from_hf,
     build_hf_model,
+    encoder_fields_to_hf,
     random_images,
     refusal,
     refuse_inexact_attention,
     refuse_unlike_blocks,
+    refuse_unused_weights,
     require_transformers,
     warn_drop_path_dropped,
 )
@@ -172,12 +175,7 @@ def config_from_hf(
 ) -> ViTConfig:
     """tfam ViTConfig for an HF ViTConfig. ``pooler_size`` is the ViTModel pooler's output
     width (None without a pooler); ``num_classes`` the classifier's (0 without one)."""
-    act = hf_config.hidden_act
-    if not isinstance(act, str) or act not in HF_TO_TFAM_ACT:
-        raise ValueError(
-            f"hidden_act={act!r} is invalid for conversion: tfam has exact counterparts for "
-            f"{', '.join(map(repr, HF_TO_TFAM_ACT))}"
-        )
+    activation = activation_from_hf(hf_config.hidden_act)
     if pooler_size is not None:
         pooler_act = getattr(hf_config, "pooler_act", "tanh")
         if pooler_act != "tanh":
@@ -198,7 +196,7 @@ def config_from_hf(
         depth=hf_config.num_hidden_layers,
         heads=hf_config.num_attention_heads,
         ffn_dim=hf_config.intermediate_size,
-        activation=HF_TO_TFAM_ACT[act],
+        activation=activation,
         norm="layernorm",
         norm_eps=float(hf_config.layer_norm_eps),
         norm_first=True,
@@ -273,12 +271,7 @@ def vit_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa
         # Copies, never views: the tfam model must not share storage with hf_model.
         state[tfam_name] = torch.cat(tensors, dim=0) if len(tensors) > 1 else tensors[0].clone()
         used.update(hf_names)
-    left = sorted(set(hf_state) - used - _IGNORED_HF_KEYS)
-    if left:
-        raise ValueError(
-            f"hf_model has weights tfam's ViT cannot represent: {', '.join(left[:8])}"
-            + (" ..." if len(left) > 8 else "")
-        )
+    refuse_unused_weights(set(hf_state) - used - _IGNORED_HF_KEYS, "ViT")
 
     # Built on the meta device: no random init to pay for (or to draw from the caller's RNG);
     # load_state_dict(assign=True) then puts the copied tensors in place.
@@ -324,15 +317,7 @@ def config_to_hf(
         return pair[0] if pair[0] == pair[1] else list(pair)
 
     values: dict[str, Any] = dict(
-        hidden_size=c.dim,
-        num_hidden_layers=c.depth,
-        num_attention_heads=c.heads,
-        intermediate_size=c.ffn_dim,
-        hidden_act=TFAM_TO_HF_ACT[c.activation],
-        hidden_dropout_prob=c.dropout,
-        attention_probs_dropout_prob=c.attn_dropout,
-        initializer_range=c.init_std,
-        layer_norm_eps=c.norm_eps,
+        encoder_fields_to_hf(c),
         image_size=single(c.image_size),
         patch_size=single(c.patch_size),
         num_channels=c.in_channels,
