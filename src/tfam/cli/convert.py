@@ -114,53 +114,15 @@ def _check_dirs(src: Path, out: Path) -> Path:
 
 
 def _load_hf(src: Path) -> Any:
-    """The HF ViT, BERT or GPT-2 saved in src, with no weight left at its random init."""
+    """The HF model saved in src (tfam.interop.registry.load_hf_directory)."""
+    from tfam.interop.registry import load_hf_directory
+
     hf_config = _read_json(src / "config.json")
     if "family" in hf_config and "model_type" not in hf_config:
         raise ValueError(
             f"SRC={str(src)!r} is a tfam model directory; use `tfam convert tfam-to-hf`"
         )
-    model_type = hf_config.get("model_type")
-    converters = _converters()
-    if model_type not in converters:
-        raise ValueError(
-            f"model_type={model_type!r} in {src / 'config.json'} is invalid: tfam converts "
-            f"Hugging Face directories of model_type {', '.join(map(repr, converters))}"
-        )
-    converter = converters[model_type]
-    classes = converter.hf_classes
-    architectures = hf_config.get("architectures") or []
-    name = next((a for a in architectures if a in classes), None)
-    if name is None:
-        raise ValueError(
-            f"architectures={architectures!r} in {src / 'config.json'} is invalid: expected "
-            f"one of {', '.join(classes)} (other heads have no tfam counterpart)"
-        )
-    transformers = _transformers()
-    cls = getattr(transformers, name)
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # missing weights are reported below instead
-    try:
-        hf, info = cls.from_pretrained(
-            src, local_files_only=True, output_loading_info=True, dtype=torch.float32
-        )
-    finally:
-        transformers.logging.set_verbosity(verbosity)
-    missing = set(info.get("missing_keys", []))
-    if name in converter.optional_pooler:
-        prefix = converter.optional_pooler[name]
-        pooler = {f"{prefix}.weight", f"{prefix}.bias"}
-        if pooler & missing:
-            # Saved with add_pooling_layer=False: drop the randomly initialised pooler.
-            hf.pooler = None
-            missing -= pooler
-    if missing or info.get("mismatched_keys"):
-        problems = sorted(missing) + [str(m) for m in info.get("mismatched_keys", [])]
-        raise ValueError(
-            f"{src} does not hold every weight of a {name}: {', '.join(problems[:8])}; "
-            "refusing to convert randomly initialised weights"
-        )
-    return hf.eval()
+    return load_hf_directory(src, quiet=True)
 
 
 def _copy_extras(src: Path, out: Path, direction: str) -> list[str]:

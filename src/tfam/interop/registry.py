@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tfam.models.base import TfamModel
@@ -84,6 +85,68 @@ def converter_for_model(model: Any) -> Converter:
     )
 
 
+def load_hf_directory(path: str | Path, *, quiet: bool = False) -> Any:
+    """The Hugging Face model saved in ``path`` (``save_pretrained``: config.json + weights) as
+    the registered class its ``architectures`` names, in float32 and eval mode, local files
+    only; refused (one line) when a weight would be left at its random init (a pooler the file
+    lacks is dropped instead, for the classes a converter names in ``optional_pooler``).
+    ``quiet`` turns transformers' progress bars off (a command prints its own lines)."""
+    import json
+
+    import torch
+
+    from tfam.interop.common import require_transformers
+
+    path = Path(path)
+    config_path = path / "config.json"
+    try:
+        hf_config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{config_path} is not valid JSON: {err}") from err
+    model_type = hf_config.get("model_type")
+    if model_type not in CONVERTERS:
+        raise ValueError(
+            f"model_type={model_type!r} in {config_path} is invalid: tfam converts "
+            f"Hugging Face directories of model_type {', '.join(map(repr, CONVERTERS))}"
+        )
+    converter = CONVERTERS[model_type]
+    classes = converter.hf_classes
+    architectures = hf_config.get("architectures") or []
+    name = next((a for a in architectures if a in classes), None)
+    if name is None:
+        raise ValueError(
+            f"architectures={architectures!r} in {config_path} is invalid: expected "
+            f"one of {', '.join(classes)} (other heads have no tfam counterpart)"
+        )
+    transformers = require_transformers()
+    if quiet:
+        transformers.utils.logging.disable_progress_bar()
+    cls = getattr(transformers, name)
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # missing weights are reported below instead
+    try:
+        hf, info = cls.from_pretrained(
+            path, local_files_only=True, output_loading_info=True, dtype=torch.float32
+        )
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    missing = set(info.get("missing_keys", []))
+    if name in converter.optional_pooler:
+        prefix = converter.optional_pooler[name]
+        pooler = {f"{prefix}.weight", f"{prefix}.bias"}
+        if pooler & missing:
+            # Saved with add_pooling_layer=False: drop the randomly initialised pooler.
+            hf.pooler = None
+            missing -= pooler
+    if missing or info.get("mismatched_keys"):
+        problems = sorted(missing) + [str(m) for m in info.get("mismatched_keys", [])]
+        raise ValueError(
+            f"{path} does not hold every weight of a {name}: {', '.join(problems[:8])}; "
+            "refusing to convert randomly initialised weights"
+        )
+    return hf.eval()
+
+
 def describe_hf_classes() -> str:
     """ "model_type 'bert' (BertModel, ...), 'gpt2' (...)": what ``from_hf`` takes."""
     return "model_type " + "; ".join(
@@ -97,5 +160,6 @@ __all__ = [
     "converter_for_hf",
     "converter_for_model",
     "describe_hf_classes",
+    "load_hf_directory",
     "register_converter",
 ]
