@@ -31,6 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "interop": {"config", "fileio", "layers", "models", "data"},  # data: the MiniLM's files
     "viz": {"config", "fileio", "layers", "models", "data"},
     "explain": {"config", "fileio", "layers", "models"},
+    # Run directories: config, model, tokenizer, labels, task; below the command line.
+    "runs": {"config", "fileio", "layers", "data", "models", "generation", "training", "interop"},
     "cli": {
         "config",
         "fileio",
@@ -42,9 +44,11 @@ ALLOWED: dict[str, set[str]] = {
         "interop",
         "viz",
         "explain",
+        "runs",
         "__init__",
     },
-    "__init__": {"config", "layers", "models", "explain", "fileio", "interop"},
+    "plugins": set(),  # entry points only; the plug-ins it loads import what they need
+    "__init__": {"config", "layers", "models", "explain", "fileio", "interop", "plugins"},
     "__main__": {"cli"},
 }
 

@@ -2,7 +2,8 @@
 
 Importing tfam registers every family (its config, model class and presets), every brick
 that a config names (attention kernels) and the presets' pretrained weights (the packaged
-MiniLM for ``minilm_l6``: ``tfam.load_pretrained("minilm_l6")``).
+MiniLM for ``minilm_l6``: ``tfam.load_pretrained("minilm_l6")``), then loads the plug-ins
+of the ``tfam.plugins`` entry-point group (:mod:`tfam.plugins`).
 """
 
 from tfam import interop as _interop  # noqa: F401  (registers pretrained weights)
@@ -19,6 +20,11 @@ from tfam.models import (
 from tfam.models.vit import ViTConfig
 
 __version__ = "0.1.0"
+
+# Last: a plug-in may import anything above (tfam.plugins imports nothing of tfam).
+from tfam.plugins import load_plugins  # noqa: E402
+
+load_plugins()
 
 
 __all__ = [

@@ -1,6 +1,7 @@
 """What every subcommand shares: the one ``--set`` typing rule, options built from dataclass
-fields, the one "preset, family or model directory" resolver, devices and thread counts, and
-the sentences a text command reads (arguments or stdin)."""
+fields, the one "preset, family or model directory" resolver, devices and thread counts, the
+image options of predict and viz, and the sentences a text command reads (arguments or
+stdin)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,21 @@ import sys
 import types
 import typing
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
+
+from tfam import runs
 
 __all__ = [
     "ModelSource",
+    "add_batch_size_option",
+    "add_command",
     "add_dataclass_options",
     "add_device_option",
+    "add_image_options",
     "check_not_empty",
     "check_threads",
     "field_option",
+    "image_options",
     "option_error",
     "parse_pair",
     "parse_set",
@@ -246,76 +251,10 @@ def option_error(
 
 
 # ---------------------------------------------------------------------------------------------
-# Models: a preset, a family or a model directory
+# Models: a preset, a family or a model directory (the resolver lives with the run directories)
 
-
-@dataclass(frozen=True)
-class ModelSource:
-    """What a NAME on the command line refers to: ``kind`` is "preset", "family" or "dir";
-    ``family`` is the model family; ``path`` the model directory (kind "dir")."""
-
-    kind: str
-    name: str
-    family: str
-    path: Path | None = None
-
-    def load(self, device: Any = "cpu", **overrides: Any) -> Any:
-        """The model: trained weights for a directory, a fresh init for a preset or family."""
-        import tfam
-
-        if self.path is not None:
-            model = tfam.from_pretrained(self.path, **overrides)
-        else:
-            model = tfam.create_model(self.name, **overrides)
-        return model.to(device)
-
-
-def resolve_model(
-    spec: str | os.PathLike,
-    *,
-    what: str = "NAME",
-    kinds: Sequence[str] = ("preset", "family", "dir"),
-) -> ModelSource:
-    """The one resolver of "preset name, family or model directory" for every subcommand.
-
-    ``what`` names the argument in errors; ``kinds`` says which of the three it accepts. A model
-    directory holds config.json (and model.safetensors, checked when it is loaded).
-    """
-    from tfam.models import MODEL_CLASSES, PRESETS
-    from tfam.models.base import CONFIG_NAME
-
-    name = str(spec)
-    if "preset" in kinds and name in PRESETS:
-        return ModelSource("preset", name, PRESETS[name].family)
-    if "family" in kinds and name in MODEL_CLASSES:
-        return ModelSource("family", name, name)
-    path = Path(name).expanduser()
-    if "dir" in kinds and path.is_dir():
-        config = path / CONFIG_NAME
-        if not config.is_file():
-            raise FileNotFoundError(
-                f"{what}={name!r} is a directory without {CONFIG_NAME}: a model directory holds "
-                f"{CONFIG_NAME} and model.safetensors (written by save_pretrained or `tfam train`)"
-            )
-        try:
-            data = json.loads(config.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{config} is not valid JSON: {err}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{config} must hold a JSON object, got {type(data).__name__}")
-        return ModelSource("dir", name, str(data.get("family", "")), path)
-    if kinds == ("dir",) or list(kinds) == ["dir"]:
-        raise FileNotFoundError(f"run directory {name!r} not found")
-    valid = []
-    if "preset" in kinds:
-        valid.append(f"presets: {', '.join(sorted(PRESETS))}")
-    if "family" in kinds:
-        valid.append(f"families: {', '.join(sorted(MODEL_CLASSES))}")
-    alternatives = {"preset": "a preset", "family": "a family", "dir": "a model directory"}
-    said = " or ".join(alternatives[k] for k in kinds)
-    if what.startswith("--"):
-        raise ValueError(f"{what} {name!r} is invalid: expected {said}; {'; '.join(valid)}")
-    raise ValueError(f"{what}={name!r} is not {said}; {'; '.join(valid)}")
+ModelSource = runs.ModelSource
+resolve_model = runs.resolve_model
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,6 +267,25 @@ def resolve_device(spec: str) -> Any:
     from tfam.training.devices import resolve_device as resolve
 
     return resolve(spec)
+
+
+def add_command(subparsers: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A subcommand's parser (``help``, ``description``, ``epilog`` as given), its epilog's
+    examples printed as written."""
+    return subparsers.add_parser(
+        name, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
+    )
+
+
+def add_batch_size_option(parser: argparse.ArgumentParser, default: int, per: str) -> None:
+    """--batch-size N: sentences per ``per`` (e.g. "forward pass")."""
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"sentences per {per} (default: {default})",
+    )
 
 
 def add_device_option(parser: argparse.ArgumentParser) -> None:
@@ -397,3 +355,28 @@ def read_texts(
         names = [f"TEXT {i}" if len(texts) > 1 else "TEXT" for i in range(1, len(texts) + 1)]
     check_not_empty(lines, names, what)
     return lines, names
+
+
+# ---------------------------------------------------------------------------------------------
+# Images in
+
+INVERT_CHOICES = {"auto": "auto", "yes": True, "no": False}
+
+
+def add_image_options(p: argparse.ArgumentParser) -> None:
+    """--invert and --no-stretch, of `tfam predict` and `tfam viz attention`."""
+    p.add_argument(
+        "--invert",
+        choices=tuple(INVERT_CHOICES),
+        default="auto",
+        help="invert intensities: auto (digits-like data, bright border), yes or no (default: auto)",
+    )
+    p.add_argument(
+        "--no-stretch",
+        action="store_true",
+        help="do not stretch the contrast of digits-like images to the full range",
+    )
+
+
+def image_options(args: argparse.Namespace) -> dict:
+    return {"invert": INVERT_CHOICES[args.invert], "stretch": False if args.no_stretch else None}

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from tfam.cli.common import add_command
+
 EPILOG = """examples:
   tfam convert tfam-to-hf runs/digits hf/digits     a trained tfam ViT -> HF ViTForImageClassification
   tfam convert hf-to-tfam hf/digits runs/from-hf    a local HF ViT dir (save_pretrained) -> tfam
@@ -34,31 +36,23 @@ A tokenizer.json is copied along (a tfam character tokenizer, which HF cannot re
 behind), so `tfam generate`, `predict` and `embed` work on a converted directory.
 """
 
-HF_CLASSES = {  # model_type -> the transformers classes tfam converts
-    "vit": ("ViTForImageClassification", "ViTModel"),
-    "bert": (
-        "BertModel",
-        "BertForMaskedLM",
-        "BertForTokenClassification",
-        "BertForSequenceClassification",
-    ),
-    "gpt2": ("GPT2LMHeadModel", "GPT2Model"),
-}
-# Classes whose pooler may be absent from the file (saved with add_pooling_layer=False).
-_POOLED = {"ViTModel": "pooler.dense", "BertModel": "pooler.dense"}
-# A BERT head and the task name of its labels.json.
-_HEAD_TASKS = {"sequence": "sequence-classification", "token": "token-classification"}
+
+def _converters() -> dict[str, Any]:
+    """The registered converters by Hugging Face model_type (tfam.interop.registry)."""
+    from tfam.interop.registry import CONVERTERS
+
+    return CONVERTERS
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "convert",
         help="convert a ViT, BERT or GPT between Hugging Face transformers and tfam directories",
         description="Convert a ViT, BERT or GPT-2 between a local Hugging Face directory "
         "(save_pretrained) and a tfam model directory, then check the written model against "
         "the source.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "direction",
@@ -103,7 +97,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _transformers() -> Any:
     """transformers (or an ImportError with the install hint), without progress bars: a
     conversion prints its own two lines."""
-    from tfam.interop.hf_vit import require_transformers
+    from tfam.interop.common import require_transformers
 
     transformers = require_transformers()
     transformers.utils.logging.disable_progress_bar()
@@ -119,124 +113,16 @@ def _check_dirs(src: Path, out: Path) -> Path:
     return config
 
 
-def _random_images(in_channels: int, image_size: tuple[int, int]) -> torch.Tensor:
-    """Two reproducible random images (B=2, C, H, W) for the output check."""
-    g = torch.Generator().manual_seed(0)
-    return torch.randn(2, in_channels, *image_size, generator=g)
-
-
-def _random_ids(vocab_size: int, length: int) -> torch.Tensor:
-    """Two reproducible rows of random token ids (B=2, L) for the output check."""
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(0, vocab_size, (2, length), generator=g)
-
-
-def _compare(tfam_model: Any, hf_model: Any) -> float:
-    """Max |difference| of the two models' outputs on a random batch (see the family's
-    comparison)."""
-    tfam_model.eval()
-    hf_model.eval()
-    family = tfam_model.config.family
-    with torch.no_grad():
-        if family == "bert":
-            return _compare_bert(tfam_model, hf_model)
-        if family == "gpt":
-            return _compare_gpt(tfam_model, hf_model)
-        return _compare_vit(tfam_model, hf_model)
-
-
-def _compare_vit(tfam_model: Any, hf_model: Any) -> float:
-    """Last hidden states and outputs (logits, pooler output, or normed [CLS] token)."""
-    c = tfam_model.config
-    x = _random_images(c.in_channels, c.image_size)
-    base = hf_model.vit if hasattr(hf_model, "vit") else hf_model
-    tokens = tfam_model.forward_features(x)
-    ours = tfam_model.forward_head(tokens)
-    out = base(pixel_values=x)
-    hidden = out.last_hidden_state
-    if base is not hf_model:
-        theirs = hf_model(pixel_values=x).logits
-    elif out.pooler_output is not None:
-        theirs = out.pooler_output
-    else:
-        theirs = hidden[:, 0]
-    return max((tokens - hidden).abs().max().item(), (ours - theirs).abs().max().item())
-
-
-def _compare_bert(tfam_model: Any, hf_model: Any) -> float:
-    """Hidden states and the head's output (logits; pooler output of a BertModel with one)
-    on 2 rows of 7 random ids, the second ending in 3 padding tokens."""
-    c = tfam_model.config
-    length = min(7, c.max_positions)
-    ids = _random_ids(c.vocab_size, length)
-    mask = torch.ones_like(ids, dtype=torch.bool)
-    mask[1, max(1, length - 3) :] = False
-    ids[~mask] = c.pad_token_id
-    hidden = tfam_model.forward_features(ids, mask)
-    out = hf_model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=True)
-    diffs = [(hidden - out.hidden_states[-1]).abs().max().item()]
-    if c.head != "none":
-        diffs.append((tfam_model.forward_head(hidden) - out.logits).abs().max().item())
-    elif getattr(out, "pooler_output", None) is not None and tfam_model.pooler is not None:
-        diffs.append((tfam_model.pool(hidden) - out.pooler_output).abs().max().item())
-    return max(diffs)
-
-
-def _compare_gpt(tfam_model: Any, hf_model: Any) -> float:
-    """Logits (GPT2LMHeadModel) or last hidden states (GPT2Model) on 2 rows of 7 random ids."""
-    c = tfam_model.config
-    ids = _random_ids(c.vocab_size, min(7, c.max_positions))
-    if hasattr(hf_model, "lm_head"):
-        return (tfam_model(ids) - hf_model(input_ids=ids).logits).abs().max().item()
-    hidden = hf_model(input_ids=ids).last_hidden_state
-    return (tfam_model.forward_features(ids) - hidden).abs().max().item()
-
-
 def _load_hf(src: Path) -> Any:
-    """The HF ViT, BERT or GPT-2 saved in src, with no weight left at its random init."""
+    """The HF model saved in src (tfam.interop.registry.load_hf_directory)."""
+    from tfam.interop.registry import load_hf_directory
+
     hf_config = _read_json(src / "config.json")
     if "family" in hf_config and "model_type" not in hf_config:
         raise ValueError(
             f"SRC={str(src)!r} is a tfam model directory; use `tfam convert tfam-to-hf`"
         )
-    model_type = hf_config.get("model_type")
-    if model_type not in HF_CLASSES:
-        raise ValueError(
-            f"model_type={model_type!r} in {src / 'config.json'} is invalid: tfam converts "
-            f"Hugging Face directories of model_type {', '.join(map(repr, HF_CLASSES))}"
-        )
-    classes = HF_CLASSES[model_type]
-    architectures = hf_config.get("architectures") or []
-    name = next((a for a in architectures if a in classes), None)
-    if name is None:
-        raise ValueError(
-            f"architectures={architectures!r} in {src / 'config.json'} is invalid: expected "
-            f"one of {', '.join(classes)} (other heads have no tfam counterpart)"
-        )
-    transformers = _transformers()
-    cls = getattr(transformers, name)
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # missing weights are reported below instead
-    try:
-        hf, info = cls.from_pretrained(
-            src, local_files_only=True, output_loading_info=True, dtype=torch.float32
-        )
-    finally:
-        transformers.logging.set_verbosity(verbosity)
-    missing = set(info.get("missing_keys", []))
-    if name in _POOLED:
-        pooler = {f"{_POOLED[name]}.weight", f"{_POOLED[name]}.bias"}
-        if pooler & missing:
-            # Saved with add_pooling_layer=False: drop the randomly initialised pooler.
-            hf.pooler = None
-            missing -= pooler
-    if missing or info.get("mismatched_keys"):
-        problems = sorted(missing) + [str(m) for m in info.get("mismatched_keys", [])]
-        raise ValueError(
-            f"{src} does not hold every weight of a {name}: {', '.join(problems[:8])}; "
-            "refusing to convert randomly initialised weights"
-        )
-    return hf.eval()
+    return load_hf_directory(src, quiet=True)
 
 
 def _copy_extras(src: Path, out: Path, direction: str) -> list[str]:
@@ -260,16 +146,18 @@ def _copy_extras(src: Path, out: Path, direction: str) -> list[str]:
 
 
 def _labels_from_hf(hf: Any, model: Any, out: Path, src: Path) -> bool:
-    """OUT/labels.json from the HF config's id2label, for a BERT classifier; -> written."""
-    head = getattr(model.config, "head", None)
-    if head not in _HEAD_TASKS or (out / "labels.json").is_file():
+    """OUT/labels.json from the HF config's id2label, for a text classifier; -> written."""
+    from tfam.runs import CLASSIFICATION_TASKS, write_labels
+
+    task = type(model).head_task(model.config)
+    if type(model).inputs != "tokens" or task not in CLASSIFICATION_TASKS:
+        return False
+    if (out / "labels.json").is_file():
         return False
     id2label = getattr(hf.config, "id2label", None) or {}
     n = model.config.num_labels
     classes = [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n)]
-    from tfam.cli.text import write_labels
-
-    write_labels(out, _HEAD_TASKS[head], str(src), classes)
+    write_labels(out, task, str(src), classes)
     return True
 
 
@@ -283,23 +171,6 @@ def _hf_to_tfam(args: argparse.Namespace, src: Path, out: Path) -> tuple[Any, An
     return from_pretrained(out), hf
 
 
-def _id2label(src: Path, model: Any) -> dict[int, str] | None:
-    """Class names of a tfam directory: preprocess.json (ViT) or labels.json (BERT)."""
-    c = model.config
-    if c.family == "vit":
-        path, count = src / "preprocess.json", c.num_classes
-    elif c.family == "bert" and c.head in _HEAD_TASKS:
-        path, count = src / "labels.json", c.num_labels
-    else:
-        return None
-    if not path.is_file():
-        return None
-    classes = _read_json(path).get("classes")
-    if classes and len(classes) == count:
-        return {i: str(name) for i, name in enumerate(classes)}
-    return None
-
-
 def _tfam_to_hf(args: argparse.Namespace, src: Path, out: Path) -> tuple[Any, Any]:
     """Convert and write; -> (the source tfam model, HF model as reloaded from out)."""
     from tfam.interop import to_hf
@@ -310,17 +181,19 @@ def _tfam_to_hf(args: argparse.Namespace, src: Path, out: Path) -> tuple[Any, An
         raise ValueError(
             f"SRC={str(src)!r} is a Hugging Face directory; use `tfam convert hf-to-tfam`"
         )
+    from tfam.runs import run_classes
+
     model = from_pretrained(src)
-    if model.config.family not in ("vit", "bert", "gpt"):
+    if not any(c.to_hf for c in type(model).converters):
+        titles = [c.family.title for c in _converters().values() if c.to_hf]
+        said = ", ".join(titles[:-1]) + f" and {titles[-1]}" if len(titles) > 1 else titles[0]
         raise ValueError(
-            f"SRC={str(src)!r} holds a {model.config.family!r} model: tfam converts ViT, BERT "
-            "and GPT to Hugging Face"
+            f"SRC={str(src)!r} holds a {model.config.family!r} model: tfam converts {said} to "
+            "Hugging Face"
         )
-    id2label = _id2label(src, model)
+    classes = run_classes(src, model.config)
     _transformers()
-    options: dict[str, Any] = {} if id2label is None else {"id2label": id2label}
-    if id2label is not None and model.config.family == "bert":
-        options["label2id"] = {name: i for i, name in id2label.items()}
+    options = {} if classes is None else {"id2label": dict(enumerate(classes))}
     to_hf(model, **options).save_pretrained(out)
     return model, _load_hf(out)
 
@@ -329,7 +202,7 @@ def _describe(model: Any) -> str:
     """The shape of a converted model, for the one line that reports the conversion."""
     c = model.config
     text = f"D={c.dim} depth={c.depth} heads={c.heads}"
-    if c.family == "vit":
+    if type(model).inputs == "image":
         text += (
             f" image {c.image_size[0]}x{c.image_size[1]} patch {c.patch_size[0]}x"
             f"{c.patch_size[1]} in_channels={c.in_channels} num_classes={c.num_classes}"
@@ -338,9 +211,11 @@ def _describe(model: Any) -> str:
             text += f" representation_size={c.representation_size}"
         return text
     text += f" vocab_size={c.vocab_size} max_positions={c.max_positions}"
-    if c.family == "bert":
+    if hasattr(c, "head"):
+        from tfam.runs import CLASSIFICATION_TASKS
+
         text += f" head={c.head}"
-        if c.head in _HEAD_TASKS:
+        if type(model).head_task(c) in CLASSIFICATION_TASKS:
             text += f" num_labels={c.num_labels}"
         if c.pooler:
             text += " pooler"
@@ -359,8 +234,11 @@ def run(args: argparse.Namespace) -> int:
     copied = _copy_extras(src, out, args.direction)
     if args.direction == "hf-to-tfam" and _labels_from_hf(hf_model, tfam_model, out, src):
         copied.append("labels.json (from id2label)")
-    family = {"vit": "ViT", "bert": "BERT", "gpt": "GPT"}[tfam_model.config.family]
-    target = f"tfam {family}" if args.direction == "hf-to-tfam" else type(hf_model).__name__
+    target = (
+        f"tfam {type(tfam_model).title}"
+        if args.direction == "hf-to-tfam"
+        else type(hf_model).__name__
+    )
     print(
         f"wrote {out} ({target}): {_describe(tfam_model)}"
         + "".join(f" + {name}" for name in copied)
@@ -368,9 +246,16 @@ def run(args: argparse.Namespace) -> int:
     if not args.check:
         return 0
     # The written directory was reloaded above: compare what is on disk with the source.
-    diff = _compare(tfam_model, hf_model)
+    converter = _converters()[hf_model.config.model_type]
+    if converter.compare is None:
+        print(f"check: none (the {converter.model_type!r} converter declares no comparison)")
+        return 0
+    tfam_model.eval()
+    hf_model.eval()
+    with torch.no_grad():
+        diff = converter.compare(tfam_model, hf_model)
     ok = diff <= args.atol
-    sample = "2 random images" if tfam_model.config.family == "vit" else "2 rows of random ids"
+    sample = converter.sample
     print(
         f"check: max |diff| between {out} and {src} on {sample} = {diff:.3g} "
         f"({'ok' if ok else 'FAILED'}, atol {args.atol:g})"

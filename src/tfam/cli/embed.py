@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from tfam.cli.common import add_device_option, device_from
+from tfam.cli.common import add_batch_size_option, add_command, add_device_option, device_from
 
 EPILOG = """examples:
   tfam embed minilm_l6 "A fine film." "A dull film."        one line of 384 numbers per sentence
@@ -34,13 +33,13 @@ the numbers in full float32 precision.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "embed",
         help="mean-pooled sentence embeddings of a BERT (e.g. minilm_l6)",
         description="Print the sentence embedding (mean-pooled last hidden states) of each "
         "sentence.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "model",
@@ -62,82 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="text",
         help="text: one line of numbers per sentence; json: one object (default: text)",
     )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=64,
-        metavar="N",
-        help="sentences per forward pass (default: 64)",
-    )
+    add_batch_size_option(p, 64, "forward pass")
     add_device_option(p)
     p.set_defaults(func=run, trailing="texts")
-
-
-# Tokenizers of presets with pretrained weights (the registry gives the model only).
-def _minilm_tokenizer() -> Any:
-    from tfam.interop import minilm
-
-    return minilm.load_tokenizer()
-
-
-PRETRAINED_TOKENIZERS: dict[str, Callable[[], Any]] = {"minilm_l6": _minilm_tokenizer}
-
-
-def _has_pretrained(name: str) -> bool:
-    from tfam.models import registry
-
-    check = getattr(registry, "has_pretrained", None)
-    return bool(check(name)) if check is not None else False
-
-
-def load_encoder(spec: str) -> tuple[Any, Any, str]:
-    """(BERT model in eval mode, tokenizer, what it is for messages) of DIR_OR_PRESET, with
-    one-line errors: a preset without weights, not a BERT, no tokenizer."""
-    from tfam.cli.text import load_run_tokenizer, read_config
-    from tfam.models import PRESETS
-
-    if spec in PRESETS and not Path(spec).is_dir():
-        if not _has_pretrained(spec) or spec not in PRETRAINED_TOKENIZERS:
-            with_weights = sorted(n for n in PRESETS if _has_pretrained(n))
-            raise ValueError(
-                f"DIR_OR_PRESET={spec!r} is a preset without pretrained weights: its random "
-                "initial weights give meaningless embeddings; presets with weights: "
-                f"{', '.join(with_weights) or 'none installed'}; or pass a trained BERT run "
-                "directory"
-            )
-        from tfam.models.registry import load_pretrained
-
-        return load_pretrained(spec).eval(), PRETRAINED_TOKENIZERS[spec](), spec
-    path = Path(spec).expanduser()
-    if not path.is_dir():
-        raise ValueError(
-            f"DIR_OR_PRESET={spec!r} is neither a preset with pretrained weights nor a directory "
-            "(a BERT run directory, or a Hugging Face BERT directory)"
-        )
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"DIR_OR_PRESET={spec!r} is a directory without config.json: a model directory "
-            "holds config.json and model.safetensors"
-        )
-    raw = json.loads((path / "config.json").read_text())
-    if isinstance(raw, dict) and raw.get("model_type") == "bert":
-        # A Hugging Face BERT directory: read without transformers.
-        from tfam.data.wordpiece import WordPieceTokenizer
-        from tfam.interop.hf_bert import load_hf_bert_dir
-
-        return load_hf_bert_dir(path).eval(), WordPieceTokenizer(path), str(path)
-    config = read_config(path)
-    if config.family != "bert":
-        from tfam.cli.translate import describe_run
-
-        raise ValueError(
-            f"embed needs a BERT (a bidirectional encoder), but {path} holds "
-            f"{describe_run(path, config.family)}"
-        )
-    tokenizer = load_run_tokenizer(path, "embed (sentences to token ids)")
-    import tfam
-
-    return tfam.from_pretrained(path).eval(), tokenizer, str(path)
 
 
 def _batch_ids(tokenizer: Any, texts: Sequence[str]) -> tuple[Any, Any]:
@@ -202,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} is invalid: expected an int >= 1")
     device = device_from(args)
+    from tfam.runs import load_encoder
+
     model, tokenizer, what = load_encoder(args.model)
     model.to(device)
     vectors = embed_texts(

@@ -5,14 +5,14 @@ accuracy, bits per character) of a BERT or GPT run on its dataset's test split."
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from tfam.cli.common import add_device_option, device_from, resolve_model
-from tfam.cli.translate import add_decoding_options, run_is_seq2seq
+from tfam.cli.common import add_command, add_device_option, device_from, resolve_model
+from tfam.cli.text import add_decoding_options
+from tfam.runs import run_is_seq2seq
 
 EPILOG = """examples:
   tfam eval runs/digits                        test split of the dataset it was trained on
@@ -42,16 +42,15 @@ dataset). --data must be a dataset of the same task. The numbers go to DIR/eval.
 """
 
 EXAMPLES_SHOWN = 5
-TEXT_FAMILIES = ("bert", "gpt")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "eval",
         help="accuracy, per-class table and confusion matrix of a trained model",
         description="Evaluate a trained model (a run directory of `tfam train`) on a dataset split.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir", metavar="DIR", help="run directory: config.json, model.safetensors, preprocess.json"
@@ -98,6 +97,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _split(args: argparse.Namespace, entry: Any) -> str:
+    """--split, checked against the dataset's splits; default its test (else val) split."""
+    split = args.split or entry.test_split or entry.val_split
+    if split not in entry.splits:
+        raise ValueError(
+            f"--split {split!r} is invalid for {entry.name}: expected one of "
+            f"{', '.join(entry.splits)}"
+        )
+    return split
+
+
 def _write_json(path: Path, data: dict) -> None:
     from tfam.training.results import write_json  # torch loads only when a command runs
 
@@ -113,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     source = resolve_model(args.dir, what="DIR", kinds=("dir",))
     if run_is_seq2seq(source):
         return run_seq2seq(args)
-    if source.family in TEXT_FAMILIES:
+    if getattr(source.model_class, "inputs", "") == "tokens":
         return run_text(args)
     if args.limit is not None:
         raise ValueError(
@@ -132,12 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if not name:
         raise ValueError("preprocess.json names no dataset: pass --data NAME_OR_DIR")
     entry = resolve_data(name)
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
+    split = _split(args, entry)
     data = entry.load(split, root=args.root)
     size = data.image_size if isinstance(data.image_size, tuple) else (data.image_size,) * 2
     if data.in_channels != pre.in_channels or len(data.classes) != len(pre.classes):
@@ -197,15 +202,6 @@ def run(args: argparse.Namespace) -> int:
 # Seq2seq runs
 
 
-def _run_data(run_dir: Path) -> str | None:
-    """The dataset a run was trained on (train_args.json), or None."""
-    try:
-        saved = json.loads((run_dir / "train_args.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return saved.get("data") if isinstance(saved, dict) else None
-
-
 def _pairs(data: Any, name: str, split: str) -> list[tuple[str, str]]:
     pairs = getattr(data, "pairs", None)
     if pairs is None:
@@ -220,8 +216,9 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     """Translate the held-out split and score it with sacreBLEU and chrF."""
     import sacrebleu
 
-    from tfam.cli.translate import check_decoding, decode, load_seq2seq, translate_ids
+    from tfam.cli.text import check_decoding, translate_sources
     from tfam.data import resolve_data
+    from tfam.runs import load_seq2seq, train_args
 
     run_dir = Path(args.dir)
     if args.batch_size is None:
@@ -229,16 +226,11 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit {args.limit} is invalid: expected an int >= 1")
     check_decoding(args, max_positions=2**31)  # --beam 0 fails before any loading
-    name = args.data or _run_data(run_dir)
+    name = args.data or train_args(run_dir).get("data")
     if not name:
         raise ValueError(f"{run_dir}/train_args.json names no dataset: pass --data NAME")
     entry = resolve_data(name)
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
+    split = _split(args, entry)
     run = load_seq2seq(args.dir, device_from(args), "eval")
     check_decoding(args, run.max_positions)
     pairs = _pairs(entry.load(split, root=args.root), entry.name, split)
@@ -259,16 +251,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
         "greedy" if args.beam == 1 else f"beam {args.beam}, length penalty {args.length_penalty:g}"
     )
     print(f"model {run_dir} on {entry.name} {split}: {shown} sentences, {decoding}", flush=True)
-    outputs = translate_ids(
-        run,
-        sources,
-        beam=args.beam,
-        length_penalty=args.length_penalty,
-        max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-        progress=True,
-    )
-    hyps = [decode(run, ids) for ids in outputs]
+    hyps = translate_sources(run, sources, args)
     refs = [ref for _, ref in pairs]
     bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
     bleu = bleu_metric.corpus_score(hyps, [refs])
@@ -324,9 +307,8 @@ def run_text(args: argparse.Namespace) -> int:
     """The task's metrics of a BERT or GPT run on a split of its dataset (or --data)."""
     import torch
 
-    from tfam.cli.text import read_config, run_task
     from tfam.data import resolve_data
-    from tfam.models import MODEL_CLASSES
+    from tfam.runs import family_class, read_config, run_task
     from tfam.training.tasks import IGNORE_INDEX, task_for
 
     run_dir = Path(args.dir)
@@ -350,18 +332,13 @@ def run_text(args: argparse.Namespace) -> int:
             f"{trained}: evaluate it on a {trained.task} dataset"
             + (f" (e.g. --data {trained.data})" if trained.data else "")
         )
-    family_tasks = getattr(MODEL_CLASSES.get(config.family), "tasks", ())
+    family_tasks = getattr(family_class(config.family), "tasks", ())
     if entry.task not in family_tasks:
         raise ValueError(
             f"--data {entry.name} is a {entry.task} dataset; a {config.family} model is "
             f"evaluated on {', '.join(family_tasks)}"
         )
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
+    split = _split(args, entry)
     device = device_from(args)
     data = entry.load(split, root=args.root)
     _check_text_data(data, config, entry.name)

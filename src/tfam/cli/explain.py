@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from tfam.cli.common import (
+    add_command,
     add_dataclass_options,
     field_option,
     parse_pair,
@@ -48,12 +49,12 @@ def _model_config_classes() -> list[type]:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "explain",
         help="step-by-step shapes, parameters and FLOPs of a model",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", metavar="NAME", help="preset, family or model directory")
     p.add_argument(

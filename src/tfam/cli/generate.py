@@ -7,11 +7,10 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tfam.cli.common import add_device_option, device_from, resolve_model
+from tfam.cli.common import add_command, add_device_option, device_from
+from tfam.runs import LMRun, load_lm
 
 DEFAULT_NEW_TOKENS = 200
 
@@ -38,12 +37,12 @@ error that says the limit.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "generate",
         help="continue a prompt with a GPT run (sampling, greedy, top-k, top-p)",
         description="Generate text with a decoder-only language model (a GPT run directory).",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir",
@@ -186,54 +185,7 @@ def parse_ids(text: str, vocab_size: int) -> list[int]:
 # Loading
 
 
-@dataclass
-class GPTRun:
-    """A loaded decoder-only run: directory, model (eval mode, on ``device``), tokenizer (None
-    for a model without tokenizer.json)."""
-
-    run_dir: Path
-    model: Any
-    tokenizer: Any
-    device: Any
-
-    @property
-    def context(self) -> int:
-        return int(self.model.config.max_positions)
-
-
-def load_gpt(dir_arg: str, device: Any, need_tokenizer: bool) -> GPTRun:
-    """The model and tokenizer of a GPT run directory, with one-line errors: not a model
-    directory, not a decoder-only model (says what the run is), no tokenizer.json."""
-    from tfam.cli.text import load_run_tokenizer, read_config
-    from tfam.cli.translate import describe_run
-
-    source = resolve_model(dir_arg, what="DIR", kinds=("dir",))
-    run_dir = Path(dir_arg)
-    config = read_config(run_dir)
-    if config.family != "gpt":
-        raise ValueError(
-            f"generate needs a decoder-only language model (a GPT run, e.g. `tfam train gpt "
-            f"--data kjv`), but {run_dir} holds {describe_run(run_dir, source.family)}"
-        )
-    tokenizer = None
-    if need_tokenizer or (run_dir / "tokenizer.json").is_file():
-        tokenizer = load_run_tokenizer(
-            run_dir,
-            "--prompt (text to token ids)"
-            if need_tokenizer
-            else "decoding the generated ids to text",
-        )
-    model = source.load(device)
-    model.eval()
-    if tokenizer is not None and tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(
-            f"{run_dir / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but the model only "
-            f"vocab_size={model.config.vocab_size}: the tokenizer is not the model's"
-        )
-    return GPTRun(run_dir, model, tokenizer, device)
-
-
-def prompt_ids(run: GPTRun, args: argparse.Namespace) -> list[int]:
+def prompt_ids(run: LMRun, args: argparse.Namespace) -> list[int]:
     """The prompt's ids, checked: encodable, non-empty unless the model has a bos token (then
     [bos] starts an empty prompt), shorter than the context."""
     from tfam.cli.text import check_encodable
@@ -262,7 +214,7 @@ def prompt_ids(run: GPTRun, args: argparse.Namespace) -> list[int]:
     return ids
 
 
-def new_token_count(run: GPTRun, prompt_len: int, requested: int | None) -> int:
+def new_token_count(run: LMRun, prompt_len: int, requested: int | None) -> int:
     """--max-new-tokens, checked against the room the context leaves after the prompt."""
     room = run.context - prompt_len
     if requested is None:
@@ -299,7 +251,7 @@ def stop_token_ids(tokenizer: Any, stops: Sequence[str]) -> list[int]:
 
 
 def generate_ids(
-    run: GPTRun,
+    run: LMRun,
     prompt: Sequence[int],
     *,
     max_new_tokens: int,
@@ -362,7 +314,7 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
 def run(args: argparse.Namespace) -> int:
     check_options(args)
     device = device_from(args)
-    loaded = load_gpt(args.dir, device, need_tokenizer=args.prompt is not None)
+    loaded = load_lm(args.dir, device, need_tokenizer=args.prompt is not None)
     prompt = prompt_ids(loaded, args)
     n = new_token_count(loaded, len(prompt), args.max_new_tokens)
     stops = list(args.stop or ())

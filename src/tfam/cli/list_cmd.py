@@ -7,6 +7,8 @@ import argparse
 import json
 from typing import Any
 
+from tfam.cli.common import add_command
+
 DESCRIPTION = """\
 The registered presets: family, exact parameter count (computed on the meta device, so no
 weights are allocated), image size, patch size, number of patches N, width D, depth, heads,
@@ -23,12 +25,12 @@ examples:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "list",
         help="registered presets with their sizes",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("pattern", nargs="?", default="*", metavar="PATTERN", help="default: all")
     p.add_argument("--json", action="store_true", help="print the presets as JSON")

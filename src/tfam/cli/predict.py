@@ -9,8 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tfam.cli.common import add_device_option, device_from, resolve_model
-from tfam.cli.translate import run_is_seq2seq
+from tfam.cli.common import (
+    add_command,
+    add_device_option,
+    add_image_options,
+    device_from,
+    image_options,
+    resolve_model,
+)
+from tfam.runs import run_is_seq2seq
 
 EPILOG = """examples:
   tfam predict runs/digits my_digit.png                 top 5 classes with probabilities
@@ -30,37 +37,15 @@ For digits-like data (one channel, light on dark), an image with a bright border
 paper) is inverted and its contrast stretched; --invert yes|no and --no-stretch override.
 """
 
-TEXT_FAMILIES = ("bert", "gpt")
-INVERT_CHOICES = {"auto": "auto", "yes": True, "no": False}
-
-
-def add_image_options(p: argparse.ArgumentParser) -> None:
-    """--invert and --no-stretch, shared with `tfam viz attention`."""
-    p.add_argument(
-        "--invert",
-        choices=tuple(INVERT_CHOICES),
-        default="auto",
-        help="invert intensities: auto (digits-like data, bright border), yes or no (default: auto)",
-    )
-    p.add_argument(
-        "--no-stretch",
-        action="store_true",
-        help="do not stretch the contrast of digits-like images to the full range",
-    )
-
-
-def image_options(args: argparse.Namespace) -> dict:
-    return {"invert": INVERT_CHOICES[args.invert], "stretch": False if args.no_stretch else None}
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "predict",
         help="top-k classes of images or sentences, tags of words, translations",
         description="Classify image files (PNG, JPEG, ... via Pillow) or sentences, tag words, "
         "or translate sentences with a trained model.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "dir", metavar="DIR", help="run directory: config.json, model.safetensors, preprocess.json"
@@ -100,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tags:
             raise ValueError(f"--tags is for a tagger; {args.dir} holds a seq2seq run")
         return _translate(args)
-    if source.family in TEXT_FAMILIES:
+    if getattr(source.model_class, "inputs", "") == "tokens":
         return predict_text(args)
     if args.tags:
         raise ValueError(f"--tags is for a tagger; {args.dir} holds an image classifier")
@@ -135,9 +120,10 @@ def run(args: argparse.Namespace) -> int:
 def _translate(args: argparse.Namespace) -> int:
     """A seq2seq run: each argument translated with translate's default decoding."""
     from tfam.cli import translate
+    from tfam.cli.text import add_decoding_options
 
     parser = argparse.ArgumentParser(add_help=False)
-    translate.add_decoding_options(parser)
+    add_decoding_options(parser)
     defaults = parser.parse_args([])
     for name, value in vars(defaults).items():
         setattr(args, name, value)
@@ -162,23 +148,28 @@ def predict_text(args: argparse.Namespace) -> int:
     import torch
 
     from tfam.cli.common import read_texts
-    from tfam.cli.text import load_labels, load_run_tokenizer, read_config, run_task
-    from tfam.cli.translate import describe_run
+    from tfam.runs import (
+        describe_run,
+        family_class,
+        load_labels,
+        load_run_tokenizer,
+        read_config,
+        run_task,
+    )
 
     run_dir = Path(args.dir)
     texts, names = read_texts(args.images, "predict", "a sentence")
     config = read_config(run_dir)
+    cls = family_class(config.family)
     trained = run_task(run_dir, config)
     wanted = "token-classification" if args.tags else None
-    if config.family != "bert" or trained.task not in (
-        "sequence-classification",
-        "token-classification",
-    ):
+    text_classes = ("sequence-classification", "token-classification")
+    if trained.task not in text_classes or trained.task not in getattr(cls, "tasks", ()):
         hint = (
             f"; to continue text with it: tfam generate {args.dir} --prompt TEXT"
-            if config.family == "gpt"
+            if getattr(cls, "generates", False)
             else f"; for sentence embeddings: tfam embed {args.dir} TEXT"
-            if config.family == "bert"
+            if getattr(cls, "embeds", False)
             else ""
         )
         raise ValueError(

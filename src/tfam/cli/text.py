@@ -1,35 +1,18 @@
-"""What the text subcommands share (generate, embed, predict and eval on BERT and GPT runs):
-the tokenizer and labels.json of a run directory, what a run was trained
-for, and one-line errors for text a tokenizer cannot encode.
-
-A run directory of a text task (written by `tfam train`) holds config.json, model.safetensors,
-tokenizer.json (the dataset's tokenizer) and, when the dataset has classes, labels.json
-``{"task": ..., "data": ..., "classes": [...]}``. A model directory converted from Hugging
-Face (`tfam convert hf-to-tfam`) may hold Hugging Face's own tokenizer.json instead, which is
-read through the ``tokenizers`` library (:class:`HFTokenizerFile`).
+"""What the text subcommands share (translate, generate, embed, predict, eval and viz on text
+runs): one-line errors for text a tokenizer cannot encode, notes on stderr, and the seq2seq
+side (decoding options, sources to ids, length-sorted batched generation, ids to text), so that
+`tfam eval`, `tfam predict` and `tfam viz attention` treat a seq2seq run exactly as translate
+does. Opening a run directory (its model, tokenizer, labels and task) is :mod:`tfam.runs`.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from tfam.cli.translate import TOKENIZER_FILE
-
-LABELS_FILE = "labels.json"
-TRAIN_ARGS_FILE = "train_args.json"
-
-# What a family's head computes, when a run directory says nothing else (no labels.json, no
-# train_args.json: a model saved from Python or converted from Hugging Face).
-_HEAD_TASKS = {
-    "sequence": "sequence-classification",
-    "token": "token-classification",
-    "mlm": "masked-lm",
-}
+from tfam.cli.common import check_not_empty
 
 
 def note(text: str) -> None:
@@ -73,174 +56,215 @@ def check_encodable(tokenizer: Any, text: str, ids: Sequence[int], name: str) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokenizers
+# Seq2seq: options, text in, ids in
 
 
-class HFTokenizerFile:
-    """A Hugging Face ``tokenizer.json`` (the ``tokenizers`` library) behind the calls the
-    commands make of a tfam tokenizer: ``encode`` (no special tokens), ``decode`` (specials
-    skipped), ``vocab_size``, ``unk_id`` (None when the model has no unknown token: GPT-2's
-    byte-level BPE encodes every text)."""
-
-    def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer
-
-        self.path = path
-        self.tokenizer = Tokenizer.from_file(str(path))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
-        model = json.loads(path.read_text(encoding="utf-8")).get("model") or {}
-        unk = model.get("unk_token")
-        self.unk_id = self.tokenizer.token_to_id(unk) if isinstance(unk, str) else None
-        self.pad_id = self.tokenizer.token_to_id("[PAD]")
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: Iterable[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def __repr__(self) -> str:
-        return f"HFTokenizerFile({str(self.path)!r}, vocab_size={self.vocab_size})"
-
-
-def load_run_tokenizer(run_dir: Path, needed_for: str) -> Any:
-    """The tokenizer saved beside a run's model: tfam's (char, BPE, WordPiece), else a Hugging
-    Face tokenizer.json. A one-line error naming the missing file and ``needed_for``."""
-    path = run_dir / TOKENIZER_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{run_dir} has no {TOKENIZER_FILE}, which {needed_for} needs: `tfam train` writes "
-            "it beside the model when it trains on a text dataset, and `tfam convert "
-            "hf-to-tfam` copies a Hugging Face directory's tokenizer.json (for a model saved "
-            "from Python, save its tokenizer into the same directory with tokenizer.save(DIR))"
+def add_decoding_options(
+    p: argparse.ArgumentParser, beam: int = 4, truncate: bool = True, what: str = "sentence"
+) -> None:
+    """--beam, --length-penalty, --max-new-tokens and (``truncate``) --truncate: the decoding
+    options of translate, eval and predict."""
+    p.add_argument(
+        "--beam",
+        type=int,
+        default=beam,
+        metavar="N",
+        help=f"beam size; 1 = greedy (default: {beam})",
+    )
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=0.6,
+        metavar="ALPHA",
+        help="beam search length penalty exponent alpha (default: 0.6, the paper's)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"most tokens to generate per {what} (default: source length + 50, within the "
+        "model's positions)",
+    )
+    if truncate:
+        p.add_argument(
+            "--truncate",
+            action="store_true",
+            help=f"cut a {what} longer than the model's positions instead of failing",
         )
-    import importlib
 
-    from tfam.data.tokenizer import load_tokenizer
 
-    try:  # registers the WordPiece kind with the loader (importing tfam.data does too)
-        importlib.import_module("tfam.data.wordpiece")
-    except ImportError:
-        pass
+def encode_texts(
+    texts: Sequence[str],
+    names: Sequence[str],
+    tokenizer: Any,
+    max_positions: int,
+    *,
+    truncate: bool,
+    warn: Callable[[str], None] | None = None,
+) -> list[list[int]]:
+    """Source ids (tokens + <eos>, as training built them) of every text.
 
-    try:
-        return load_tokenizer(run_dir)
-    except (KeyError, TypeError, ValueError) as err:
-        tfam_error = err
-    try:
-        return HFTokenizerFile(path)
-    except Exception:  # noqa: BLE001 - any failure of the second reader: report the first
-        raise ValueError(f"{path} is not a valid tokenizer file: {tfam_error}") from None
+    Empty or whitespace-only text and text longer than the model's positions (unless
+    ``truncate``) are one-line ValueErrors; pieces the tokenizer has never seen become <unk>
+    (a note through ``warn``), never a crash."""
+    check_not_empty(texts, names, "a sentence to translate")
+    out = []
+    for text, name in zip(texts, names):
+        ids = list(tokenizer.encode(text))
+        limit = max_positions - 1  # room for <eos>
+        if len(ids) > limit:
+            if not truncate:
+                raise ValueError(
+                    f"{name} is {len(ids)} tokens long, but the model reads at most {limit} "
+                    f"(+ <eos> = max_positions {max_positions}); shorten it, or pass --truncate "
+                    f"to keep the first {limit} tokens"
+                )
+            if warn:
+                warn(f"{name}: {len(ids)} tokens, truncated to the first {limit}")
+            ids = ids[:limit]
+        unk = getattr(tokenizer, "unk_id", None)
+        unknown = sum(1 for i in ids if i == unk) if unk is not None else 0
+        if unknown and warn:
+            warn(
+                f"{name}: {unknown} of {len(ids)} pieces are unknown to the tokenizer (<unk>): "
+                "text in a script or alphabet it was not trained on"
+            )
+        out.append(ids + [tokenizer.eos_id])
+    return out
+
+
+def check_decoding(args: argparse.Namespace, max_positions: int) -> None:
+    """One-line errors for --beam, --length-penalty, --max-new-tokens, --batch-size."""
+    import math
+
+    if args.beam < 1:
+        raise ValueError(f"--beam {args.beam} is invalid: expected an int >= 1 (1 = greedy)")
+    if not math.isfinite(args.length_penalty):
+        raise ValueError(f"--length-penalty {args.length_penalty} is invalid: expected a number")
+    if args.max_new_tokens is not None and not 1 <= args.max_new_tokens < max_positions:
+        raise ValueError(
+            f"--max-new-tokens {args.max_new_tokens} is invalid: expected 1..{max_positions - 1} "
+            f"(the decoder has max_positions={max_positions}, and <bos> takes one)"
+        )
+    if getattr(args, "batch_size", 1) < 1:
+        raise ValueError(f"--batch-size {args.batch_size} is invalid: expected an int >= 1")
 
 
 # ---------------------------------------------------------------------------------------------
-# What a run was trained for
+# Seq2seq: ids in, text out
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
+def default_max_new_tokens(source_len: int, max_positions: int) -> int:
+    """The Transformer paper's output limit, input length + 50, within the decoder's positions
+    (<bos> takes one)."""
+    return max(1, min(source_len + 50, max_positions - 1))
+
+
+def translate_ids(
+    run: Any,
+    sources: Sequence[Sequence[int]],
+    *,
+    beam: int = 4,
+    length_penalty: float = 0.6,
+    max_new_tokens: int | None = None,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> list[list[int]]:
+    """Generated target ids (without <bos>, cut before <eos>) of every source, in order.
+
+    Sources are sorted by length and cut into batches, so padding (and the per-batch output
+    limit) stays small; results come back in the input order."""
+    import torch
+
+    pad = run.tokenizer.pad_id
+    eos = run.tokenizer.eos_id
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    results: list[list[int]] = [[] for _ in sources]
+    bar = None
+    if progress and len(batches) > 1:
+        from tqdm import tqdm
+
+        # Only on a terminal (disable=None): logs and pipes stay clean.
+        bar = tqdm(total=len(sources), unit="sent", file=sys.stderr, disable=None, leave=False)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    return data
-
-
-def load_labels(run_dir: Path, needed_for: str) -> dict[str, Any]:
-    """``labels.json`` of a run: {"task", "data", "classes"} (classes a list of strings)."""
-    path = run_dir / LABELS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{run_dir} has no {LABELS_FILE}, which {needed_for} needs for the class names: "
-            "`tfam train` writes it for a dataset with classes (or write "
-            '{"task": ..., "data": ..., "classes": [...]} there yourself)'
-        )
-    data = _read_json_object(path)
-    classes = data.get("classes")
-    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
-        raise ValueError(f"{path}: 'classes' must be a non-empty list of class names")
-    return data
-
-
-def write_labels(out: Path, task: str, data: str, classes: Sequence[str]) -> Path:
-    """OUT/labels.json, atomically."""
-    from tfam.fileio import atomic_write_bytes
-
-    record = {"task": task, "data": data, "classes": [str(c) for c in classes]}
-    text = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
-    return atomic_write_bytes(out / LABELS_FILE, text.encode("utf-8"))
-
-
-def train_args(run_dir: Path) -> dict[str, Any]:
-    """train_args.json of a run, or {} when there is none or it is unreadable."""
-    try:
-        return _read_json_object(run_dir / TRAIN_ARGS_FILE)
-    except (OSError, ValueError):
-        return {}
-
-
-@dataclass(frozen=True)
-class RunTask:
-    """What a run was trained for: ``task`` (a TASKS name, "" when unknown), ``data`` (the
-    dataset name, "" when unknown) and how it is said in messages."""
-
-    task: str
-    data: str
-
-    def __str__(self) -> str:
-        if self.task and self.data:
-            return f"{self.task} on {self.data}"
-        return self.task or (f"the dataset {self.data}" if self.data else "an unknown task")
-
-
-def run_task(run_dir: Path, config: Any) -> RunTask:
-    """The task and dataset of a run: labels.json, else train_args.json's dataset in the
-    catalog, else what the model's head computes (GPT: causal-lm)."""
-    labels: dict[str, Any] = {}
-    if (run_dir / LABELS_FILE).is_file():
-        try:
-            labels = _read_json_object(run_dir / LABELS_FILE)
-        except ValueError:
-            labels = {}
-    data = str(labels.get("data") or train_args(run_dir).get("data") or "")
-    task = str(labels.get("task") or "")
-    if not task and data:
-        from tfam.data import resolve_data
-
-        try:
-            task = resolve_data(data).task
-        except (ValueError, OSError):
-            task = ""
-    if not task:
-        family = getattr(config, "family", "")
-        if family == "gpt":
-            task = "causal-lm"
-        elif family == "bert":
-            task = _HEAD_TASKS.get(getattr(config, "head", ""), "")
-    return RunTask(task, data)
-
-
-def read_config(run_dir: Path) -> Any:
-    """The tfam config of a model directory (no weights loaded)."""
-    import tfam  # noqa: F401 - registers every family's config class
-    from tfam.config import BaseConfig
-
-    data = _read_json_object(run_dir / "config.json")
-    family = data.get("family")
-    if not family:
-        if "model_type" in data:
-            raise ValueError(
-                f"{run_dir} is a Hugging Face directory (model_type={data['model_type']!r}); "
-                f"convert it first: tfam convert hf-to-tfam {run_dir} OUT_DIR"
+        for idx in batches:
+            longest = max(len(sources[i]) for i in idx)
+            src = torch.full((len(idx), longest), pad, dtype=torch.long)
+            for row, i in enumerate(idx):
+                src[row, : len(sources[i])] = torch.tensor(list(sources[i]), dtype=torch.long)
+            limit = (
+                max_new_tokens
+                if max_new_tokens is not None
+                else default_max_new_tokens(longest, run.max_positions)
             )
-        raise ValueError(f"{run_dir / 'config.json'} names no model family")
-    try:
-        return BaseConfig.from_dict(data)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{run_dir / 'config.json'}: {err}") from None
+            with torch.inference_mode():
+                out = run.model.generate(
+                    src.to(run.device),
+                    max_new_tokens=limit,
+                    num_beams=beam,
+                    length_penalty=length_penalty,
+                )
+            for row, i in enumerate(idx):
+                ids = out[row, 1:].tolist()  # drop <bos>
+                if eos in ids:
+                    ids = ids[: ids.index(eos)]
+                results[i] = [t for t in ids if t != pad]
+            if bar is not None:
+                bar.update(len(idx))
+    finally:
+        if bar is not None:
+            bar.close()
+    return results
+
+
+def decode(run: Any, ids: Iterable[int]) -> str:
+    return run.tokenizer.decode(list(ids))
+
+
+def token_labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """One readable label per id, for plots: the tokenizer's piece (``id_to_token``) when it
+    has one, else the id decoded alone; specials as <pad>, <bos>, <eos>, <unk>."""
+    specials = {getattr(tokenizer, f"{n}_id", None): f"<{n}>" for n in ("pad", "bos", "eos", "unk")}
+    piece = getattr(tokenizer, "id_to_token", None)
+    out = []
+    for i in ids:
+        if i in specials:
+            out.append(specials[i])
+            continue
+        text = piece(i) if callable(piece) else None
+        if text is None:
+            text = tokenizer.decode([i])
+        text = str(text)
+        # A piece that is only whitespace would be an invisible tick label.
+        out.append(text if text.strip() else "␣" if text else f"#{i}")
+    return out
+
+
+def translate_texts(
+    run: Any, texts: Sequence[str], names: Sequence[str], args: argparse.Namespace
+) -> list[str]:
+    """Check, encode, generate and decode ``texts`` with the decoding options of ``args``."""
+    check_decoding(args, run.max_positions)
+    sources = encode_texts(
+        texts, names, run.tokenizer, run.max_positions, truncate=args.truncate, warn=note
+    )
+    return translate_sources(run, sources, args)
+
+
+def translate_sources(
+    run: Any, sources: Sequence[Sequence[int]], args: argparse.Namespace
+) -> list[str]:
+    """The decoded translations of source ids, with the decoding options of ``args`` (a
+    progress bar on a terminal)."""
+    outputs = translate_ids(
+        run,
+        sources,
+        beam=args.beam,
+        length_penalty=args.length_penalty,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=getattr(args, "batch_size", 32),
+        progress=True,
+    )
+    return [decode(run, ids) for ids in outputs]

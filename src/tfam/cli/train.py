@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfam.cli.common import (
+    add_command,
     add_dataclass_options,
     check_threads,
     field_option,
@@ -24,7 +25,7 @@ from tfam.cli.common import (
     parse_sets,
     resolve_model,
 )
-from tfam.cli.translate import TOKENIZER_FILE
+from tfam.runs import TOKENIZER_FILE
 
 # TrainConfig fields a resumed run does not take from the saved run: they say how this
 # invocation stops, talks or where it computes, not what it computes.
@@ -148,7 +149,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from tfam.data import list_datasets
 
     datasets = ", ".join(list_datasets())
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "train",
         help=f"train a model on a dataset ({datasets}) or your image folder",
         description=(
@@ -157,7 +159,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "kill/resume."
         ),
         epilog=EPILOG_HEAD + _recipes_text() + "\n" + EPILOG_TAIL,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "family",
@@ -425,7 +426,7 @@ def _items(entry: Any, dataset: Any, task: Any) -> str:
 def _init_notes(init: str, entry: Any) -> list[str]:
     """What --init DIR was trained for when it differs from this run's task or dataset: its
     encoder is reused, its head is not (the trainer's own lines list the tensors)."""
-    from tfam.cli.text import read_config, run_task
+    from tfam.runs import read_config, run_task
 
     path = Path(init)
     if not path.is_dir() or not (path / "config.json").is_file():
@@ -539,7 +540,7 @@ def run(args: argparse.Namespace) -> int:
         save_tokenizer(out, tokenizer)
         classes = getattr(train_set, "classes", None)
         if classes:
-            from tfam.cli.text import write_labels
+            from tfam.runs import write_labels
 
             # The class names of a text run's outputs, for predict and eval (an image run
             # keeps its classes in preprocess.json).

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from tfam.cli.common import add_device_option, device_from, resolve_model
-from tfam.cli.predict import add_image_options, image_options
+from tfam.cli.common import (
+    add_command,
+    add_device_option,
+    add_image_options,
+    device_from,
+    image_options,
+)
+from tfam.runs import resolve_model, run_is_seq2seq
 
 EPILOG = """examples:
   tfam viz attention runs/digits test:0 --out attention.png    a test image of the run's dataset
@@ -56,25 +61,24 @@ def _dir_arg(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    viz = subparsers.add_parser(
+    viz = add_command(
+        subparsers,
         "viz",
         help="attention maps, position-embedding similarity, training curves (PNG)",
         description="Draw pictures of a trained model as PNG files.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     viz.set_defaults(func=lambda args: _usage(viz))
     sub = viz.add_subparsers(title="pictures", metavar="WHAT")
-    raw = argparse.RawDescriptionHelpFormatter
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "attention",
         help="per-head [CLS] attention and rollout over an image, or a seq2seq run's "
         "cross-attention alignment for a sentence",
         description="Per-head attention of the [CLS] token and attention rollout over an image; "
         "for a seq2seq run, the cross-attention alignment (target x source tokens) of a sentence.",
         epilog=ATTENTION_EPILOG,
-        formatter_class=raw,
     )
     _dir_arg(p)
     p.add_argument(
@@ -111,24 +115,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_device_option(p)
     p.set_defaults(func=run_attention)
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "pos",
         help="cosine similarity of position embeddings (ViT paper, figure 7)",
         description="Cosine similarity of the position embeddings, patch by patch.",
         epilog=POS_EPILOG,
-        formatter_class=raw,
     )
     _dir_arg(p)
     p.add_argument("--out", metavar="PNG", default=None, help="default: DIR/position.png")
     add_device_option(p)
     p.set_defaults(func=run_pos)
 
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "curves",
         help="loss and accuracy curves from DIR/metrics.csv",
         description="Loss, accuracy and learning rate per epoch from DIR/metrics.csv.",
         epilog=CURVES_EPILOG,
-        formatter_class=raw,
     )
     _dir_arg(p)
     p.add_argument("--out", metavar="PNG", default=None, help="default: DIR/curves.png")
@@ -165,8 +169,6 @@ def _layer_index(layer: int, depth: int) -> int:
 def _seq2seq_source(args: argparse.Namespace) -> bool:
     """Whether DIR holds an encoder–decoder (judged from config.json; anything unreadable is
     left to the image path, whose errors are unchanged)."""
-    from tfam.cli.translate import run_is_seq2seq
-
     try:
         source = resolve_model(args.dir, what="DIR", kinds=("dir",))
     except (ValueError, FileNotFoundError):
@@ -179,13 +181,8 @@ def run_alignment(args: argparse.Namespace) -> int:
     import torch
 
     from tfam.cli.common import check_not_empty
-    from tfam.cli.translate import (
-        decode,
-        encode_texts,
-        load_seq2seq,
-        token_labels,
-        translate_ids,
-    )
+    from tfam.cli.text import decode, encode_texts, note, token_labels, translate_ids
+    from tfam.runs import load_seq2seq
     from tfam.viz import cross_attention, plot_alignment
 
     run_dir = _run_dir(args)
@@ -199,7 +196,7 @@ def run_alignment(args: argparse.Namespace) -> int:
         run.tokenizer,
         run.max_positions,
         truncate=args.truncate,
-        warn=lambda text: print(f"tfam: note: {text}", file=sys.stderr),
+        warn=note,
     )
     (gen,) = translate_ids(run, [src], beam=1)
     eos, bos = run.tokenizer.eos_id, run.tokenizer.bos_id

@@ -38,15 +38,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.interop.hf_vit import (
-    HF_TO_TFAM_ACT,
-    TFAM_TO_HF_ACT,
-    TFAM_TO_HF_ATTN,
-    build_hf_model,
-    refuse_inexact_attention,
-    require_transformers,
-    warn_drop_path_dropped,
-)
+from tfam.interop import common
+from tfam.interop.registry import Converter, register_converter
 from tfam.models.bert import Bert, BertConfig
 
 HF_KINDS = {  # transformers class name -> (tfam head, key prefix of the encoder)
@@ -124,12 +117,7 @@ def config_from_hf(
     attention: str = "sdpa",
 ) -> BertConfig:
     """tfam BertConfig for an HF BertConfig (or the dict of its ``config.json``)."""
-    act = _get(hf_config, "hidden_act")
-    if not isinstance(act, str) or act not in HF_TO_TFAM_ACT:
-        raise ValueError(
-            f"hidden_act={act!r} is invalid for conversion: tfam has exact counterparts for "
-            f"{', '.join(map(repr, HF_TO_TFAM_ACT))}"
-        )
+    activation = common.activation_from_hf(_get(hf_config, "hidden_act"))
     position = _get(hf_config, "position_embedding_type", "absolute")
     if position not in (None, "absolute"):
         raise ValueError(
@@ -147,7 +135,7 @@ def config_from_hf(
         depth=_get(hf_config, "num_hidden_layers"),
         heads=_get(hf_config, "num_attention_heads"),
         ffn_dim=_get(hf_config, "intermediate_size"),
-        activation=HF_TO_TFAM_ACT[act],
+        activation=activation,
         norm_eps=float(_get(hf_config, "layer_norm_eps")),
         norm_first=False,
         dropout=float(_get(hf_config, "hidden_dropout_prob")),
@@ -194,7 +182,7 @@ def bert_from_state_dict(
 
 
 def _hf_kind(hf_model: Any) -> str:
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     for name in HF_KINDS:
         cls = getattr(transformers, name)
         if type(hf_model) is cls:
@@ -262,14 +250,14 @@ def load_hf_bert_dir(
 
 def config_to_hf(config: BertConfig, **options: Any) -> Any:
     """The transformers BertConfig for a tfam BertConfig; refuses what BERT cannot express."""
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     c = config
     problems = []
     if c.norm_first:
         problems.append("norm_first=True (HF BERT is post-norm)")
     if c.norm != "layernorm":
         problems.append(f"norm={c.norm!r} (HF BERT uses LayerNorm)")
-    if c.activation not in TFAM_TO_HF_ACT:
+    if c.activation not in common.TFAM_TO_HF_ACT:
         problems.append(f"activation={c.activation!r} (no HF hidden_act counterpart)")
     if not c.qkv_bias:
         problems.append("qkv_bias=False (HF BERT's projections have biases)")
@@ -277,21 +265,13 @@ def config_to_hf(config: BertConfig, **options: Any) -> Any:
         problems.append(f"pooler=True with head={c.head!r} (HF's {HEAD_TO_HF[c.head]} has none)")
     if problems:
         raise ValueError(f"config is invalid for conversion to HF BERT: {'; '.join(problems)}")
-    refuse_inexact_attention(c.attention, "Hugging Face BERT")
-    warn_drop_path_dropped(c.drop_path, "HF BERT")
+    common.refuse_inexact_attention(c.attention, "Hugging Face BERT")
+    common.warn_drop_path_dropped(c.drop_path, "HF BERT")
     values: dict[str, Any] = dict(
+        common.encoder_fields_to_hf(c),
         vocab_size=c.vocab_size,
-        hidden_size=c.dim,
-        num_hidden_layers=c.depth,
-        num_attention_heads=c.heads,
-        intermediate_size=c.ffn_dim,
-        hidden_act=TFAM_TO_HF_ACT[c.activation],
-        hidden_dropout_prob=c.dropout,
-        attention_probs_dropout_prob=c.attn_dropout,
         max_position_embeddings=c.max_positions,
         type_vocab_size=c.type_vocab_size,
-        initializer_range=c.init_std,
-        layer_norm_eps=c.norm_eps,
         pad_token_id=c.pad_token_id,
         num_labels=c.num_labels,
     )
@@ -304,20 +284,22 @@ def bert_to_hf(model: Bert, *, attn_implementation: str | None = None, **options
     BertForTokenClassification, BertForSequenceClassification) computing what ``model``
     computes, with copies of its weights, on its device and dtype and in its train/eval mode.
     ``attn_implementation`` defaults to 'eager' for tfam's 'math' kernel and 'sdpa' otherwise;
-    ``options`` go to transformers.BertConfig.
+    ``options`` go to transformers.BertConfig; ``id2label`` alone brings its ``label2id``.
 
     Refused (``ValueError``): pre-norm blocks, RMSNorm, activations HF lacks, no Q/K/V bias, a
     pooler under a token or MLM head, attention kernels without an HF counterpart."""
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     c = model.config
     kind = HEAD_TO_HF[c.head]
+    if options.get("id2label") is not None and "label2id" not in options:
+        options["label2id"] = {name: i for i, name in options["id2label"].items()}
     hf_config = config_to_hf(c, **options)
     cls = getattr(transformers, kind)
     if kind == "BertModel":
-        hf = build_hf_model(lambda: cls(hf_config, add_pooling_layer=bool(c.pooler)), model)
+        hf = common.build_hf_model(lambda: cls(hf_config, add_pooling_layer=bool(c.pooler)), model)
     else:
-        hf = build_hf_model(lambda: cls(hf_config), model)
-    hf.set_attn_implementation(attn_implementation or TFAM_TO_HF_ATTN[c.attention])
+        hf = common.build_hf_model(lambda: cls(hf_config), model)
+    hf.set_attn_implementation(attn_implementation or common.TFAM_TO_HF_ATTN[c.attention])
     prefix = HF_KINDS[kind][1]
     ours = model.state_dict()
     state: dict[str, Tensor] = {}
@@ -339,3 +321,37 @@ def bert_to_hf(model: Bert, *, attn_implementation: str | None = None, **options
     if c.head == "mlm":
         hf.tie_weights()
     return hf.train(model.training)
+
+
+def compare(tfam_model: Bert, hf_model: Any) -> float:
+    """Max |difference| of the hidden states and the head's output (logits; pooler output of a
+    BertModel with one) of a tfam BERT and its HF counterpart on 2 rows of 7 random ids, the
+    second ending in 3 padding tokens."""
+    c = tfam_model.config
+    length = min(7, c.max_positions)
+    ids = common.random_ids(c.vocab_size, length)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[1, max(1, length - 3) :] = False
+    ids[~mask] = c.pad_token_id
+    hidden = tfam_model.forward_features(ids, mask)
+    out = hf_model(input_ids=ids, attention_mask=mask.long(), output_hidden_states=True)
+    diffs = [(hidden - out.hidden_states[-1]).abs().max().item()]
+    if c.head != "none":
+        diffs.append((tfam_model.forward_head(hidden) - out.logits).abs().max().item())
+    elif getattr(out, "pooler_output", None) is not None and tfam_model.pooler is not None:
+        diffs.append((tfam_model.pool(hidden) - out.pooler_output).abs().max().item())
+    return max(diffs)
+
+
+register_converter(
+    Converter(
+        model_type="bert",
+        family=Bert,
+        hf_classes=tuple(HF_KINDS),
+        from_hf=bert_from_hf,
+        to_hf=bert_to_hf,
+        compare=compare,
+        optional_pooler={"BertModel": "pooler.dense"},
+        read_dir=load_hf_bert_dir,
+    )
+)

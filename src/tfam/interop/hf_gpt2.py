@@ -36,15 +36,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from tfam.interop.hf_vit import (
-    HF_TO_TFAM_ACT,
-    TFAM_TO_HF_ACT,
-    TFAM_TO_HF_ATTN,
-    build_hf_model,
-    refuse_inexact_attention,
-    require_transformers,
-    warn_drop_path_dropped,
-)
+from tfam.interop import common
+from tfam.interop.registry import Converter, register_converter
 from tfam.models.gpt import GPT, GPTConfig
 
 if TYPE_CHECKING:  # transformers is optional: imported only when a conversion runs
@@ -96,13 +89,7 @@ def config_from_hf(
     def refuse(name: str, value: Any, why: str) -> ValueError:
         return ValueError(f"{name}={value!r} is invalid for conversion: {why}")
 
-    act = hf_config.activation_function
-    if act not in HF_TO_TFAM_ACT:
-        raise refuse(
-            "activation_function",
-            act,
-            f"tfam has exact counterparts for {', '.join(map(repr, HF_TO_TFAM_ACT))}",
-        )
+    activation = common.activation_from_hf(hf_config.activation_function, "activation_function")
     if not getattr(hf_config, "scale_attn_weights", True):
         raise refuse("scale_attn_weights", False, "tfam always scales scores by 1/sqrt(Dh)")
     if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False):
@@ -123,7 +110,7 @@ def config_from_hf(
         depth=hf_config.n_layer,
         heads=hf_config.n_head,
         ffn_dim=hf_config.n_inner or 4 * hf_config.n_embd,
-        activation=HF_TO_TFAM_ACT[act],
+        activation=activation,
         norm="layernorm",
         norm_eps=float(hf_config.layer_norm_epsilon),
         norm_first=True,
@@ -156,7 +143,7 @@ def _special(hf_config: Any, name: str) -> int | None:
 
 
 def _hf_kind(hf_model: Any) -> str:
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     if isinstance(hf_model, transformers.GPT2LMHeadModel):
         return "lm"
     if isinstance(hf_model, transformers.GPT2Model):
@@ -200,12 +187,9 @@ def gpt2_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdp
             # Copies, never views: the tfam model must not share storage with hf_model.
             state[name] = part.contiguous().clone()
         used.add(hf_name)
-    left = sorted(set(hf_state) - used - ({"lm_head.weight"} if tied else set()))
-    if left:
-        raise ValueError(
-            f"hf_model has weights tfam's GPT cannot represent: {', '.join(left[:8])}"
-            + (" ..." if len(left) > 8 else "")
-        )
+    common.refuse_unused_weights(
+        set(hf_state) - used - ({"lm_head.weight"} if tied else set()), "GPT"
+    )
     # Built on the meta device: no random init to pay for or to draw from the caller's RNG.
     with torch.device("meta"):
         model = GPT(config)
@@ -219,30 +203,17 @@ def gpt2_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdp
 
 def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
     """The transformers GPT2Config for a tfam GPT; refuses what GPT-2 cannot express."""
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     c = model.config
 
-    def refuse(name: str, value: Any, why: str) -> ValueError:
-        return ValueError(f"{name}={value!r} cannot be converted to Hugging Face GPT-2: {why}")
-
+    refuse = common.refusal("Hugging Face GPT-2")
     if c.position != "learned":
         raise refuse("position", c.position, "GPT-2 always adds a learned position table")
-    if c.norm != "layernorm":
-        raise refuse("norm", c.norm, "GPT-2 uses LayerNorm")
-    if not c.norm_first:
-        raise refuse("norm_first", c.norm_first, "GPT-2 blocks are pre-norm")
-    if not c.final_norm:
-        raise refuse("final_norm", c.final_norm, "GPT-2 always applies a final LayerNorm")
     if not c.qkv_bias:
         raise refuse("qkv_bias", c.qkv_bias, "GPT-2's c_attn always has a bias")
-    if c.activation not in TFAM_TO_HF_ACT:
-        raise refuse(
-            "activation",
-            c.activation,
-            f"GPT-2's MLP is not gated; convertible: {', '.join(map(repr, TFAM_TO_HF_ACT))}",
-        )
-    refuse_inexact_attention(c.attention, "Hugging Face GPT-2")
-    warn_drop_path_dropped(c.drop_path, "GPT-2")
+    common.refuse_unlike_blocks(c, "Hugging Face GPT-2", "GPT-2", norm_first=True)
+    common.refuse_inexact_attention(c.attention, "Hugging Face GPT-2")
+    common.warn_drop_path_dropped(c.drop_path, "GPT-2")
     return transformers.GPT2Config(
         vocab_size=c.vocab_size,
         n_positions=c.max_positions,
@@ -250,7 +221,7 @@ def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
         n_layer=c.depth,
         n_head=c.heads,
         n_inner=c.ffn_dim,
-        activation_function=TFAM_TO_HF_ACT[c.activation],
+        activation_function=common.TFAM_TO_HF_ACT[c.activation],
         resid_pdrop=c.dropout,
         embd_pdrop=c.dropout,
         attn_pdrop=c.attn_dropout,
@@ -260,7 +231,7 @@ def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
         eos_token_id=c.eos_token_id,
         pad_token_id=c.pad_token_id,
         tie_word_embeddings=c.tie_output,
-        attn_implementation=attn_implementation or TFAM_TO_HF_ATTN[c.attention],
+        attn_implementation=attn_implementation or common.TFAM_TO_HF_ATTN[c.attention],
     )
 
 
@@ -274,9 +245,9 @@ def gpt2_to_hf(model: GPT, *, attn_implementation: str | None = None) -> PreTrai
     """
     if not isinstance(model, GPT):
         raise ValueError(f"model={type(model).__name__} is invalid: expected a tfam GPT")
-    transformers = require_transformers()
+    transformers = common.require_transformers()
     hf_config = config_to_hf(model, attn_implementation=attn_implementation)
-    hf = build_hf_model(lambda: transformers.GPT2LMHeadModel(hf_config), model)
+    hf = common.build_hf_model(lambda: transformers.GPT2LMHeadModel(hf_config), model)
     tfam_state = model.state_dict()
     state: dict[str, Tensor] = {}
     for hf_name, tfam_names, transposed in weight_pairs(model.config):
@@ -295,7 +266,30 @@ def gpt2_to_hf(model: GPT, *, attn_implementation: str | None = None) -> PreTrai
     return hf.train(model.training)
 
 
+def compare(tfam_model: GPT, hf_model: Any) -> float:
+    """Max |difference| of the logits (GPT2LMHeadModel) or last hidden states (GPT2Model) of a
+    tfam GPT and its HF counterpart on 2 rows of 7 random ids."""
+    c = tfam_model.config
+    ids = common.random_ids(c.vocab_size, min(7, c.max_positions))
+    if hasattr(hf_model, "lm_head"):
+        return (tfam_model(ids) - hf_model(input_ids=ids).logits).abs().max().item()
+    hidden = hf_model(input_ids=ids).last_hidden_state
+    return (tfam_model.forward_features(ids) - hidden).abs().max().item()
+
+
+register_converter(
+    Converter(
+        model_type="gpt2",
+        family=GPT,
+        hf_classes=("GPT2LMHeadModel", "GPT2Model"),
+        from_hf=gpt2_from_hf,
+        to_hf=gpt2_to_hf,
+        compare=compare,
+    )
+)
+
 __all__ = [
+    "compare",
     "config_from_hf",
     "config_to_hf",
     "gpt2_from_hf",

@@ -48,38 +48,32 @@ lands on slightly different values; only the installed 5.x code was compared.
 from __future__ import annotations
 
 import re
-import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
+from tfam.interop.common import (  # noqa: F401  (names hf_vit.py exported before common.py)
+    HF_TO_TFAM_ACT,
+    INSTALL_HINT,
+    TFAM_TO_HF_ACT,
+    TFAM_TO_HF_ATTN,
+    activation_from_hf,
+    build_hf_model,
+    encoder_fields_to_hf,
+    random_images,
+    refusal,
+    refuse_inexact_attention,
+    refuse_unlike_blocks,
+    refuse_unused_weights,
+    require_transformers,
+    warn_drop_path_dropped,
+)
+from tfam.interop.registry import Converter, register_converter
 from tfam.models.vit import ViT, ViTConfig
 
 if TYPE_CHECKING:  # transformers is optional: imported only when a conversion runs
     from transformers import PreTrainedModel
-
-INSTALL_HINT = (
-    "Hugging Face interop needs the optional `transformers` package: "
-    "pip install 'transformers>=4.40' (or pip install -e '.[dev]' in a tfam checkout)"
-)
-
-# HF hidden_act -> tfam activation. Only exact counterparts: 'gelu_new' is the tanh formula
-# written out, the same function as torch's approximate='tanh' up to float rounding.
-HF_TO_TFAM_ACT = {
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-}
-# tfam activation -> HF hidden_act; 'gelu_pytorch_tanh' calls the same torch kernel as tfam.
-TFAM_TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}
-# tfam kernels that compute exact softmax attention, and the HF implementation that matches.
-TFAM_TO_HF_ATTN = {"math": "eager", "sdpa": "sdpa", "auto": "sdpa"}
 
 # transformers 4.x layer names -> 5.x (the renames transformers 5.x applies itself when it
 # loads an old ViT checkpoint, see its conversion_mapping.py). Keys are handled in the 5.x
@@ -94,46 +88,6 @@ _LEGACY_RENAMES = [
     (re.compile(r"(^|\.)(layers\.\d+)\.output\.dense\."), r"\1\2.mlp.fc2."),
 ]
 _IGNORED_HF_KEYS = {"embeddings.mask_token"}
-
-
-def require_transformers() -> Any:
-    """Import transformers or fail with an install hint."""
-    try:
-        import transformers
-    except ImportError as err:
-        raise ImportError(INSTALL_HINT) from err
-    return transformers
-
-
-def refuse_inexact_attention(attention: str, target: str) -> None:
-    """A ValueError naming ``attention`` when it has no Hugging Face counterpart: only the
-    exact softmax kernels convert, so a converted model never computes something else."""
-    if attention not in TFAM_TO_HF_ATTN:
-        raise ValueError(
-            f"attention={attention!r} cannot be converted to {target}: only the exact softmax "
-            f"kernels {', '.join(map(repr, TFAM_TO_HF_ATTN))} have an HF counterpart; if this "
-            "kernel is exact, call model.set_attention('sdpa') first"
-        )
-
-
-def warn_drop_path_dropped(drop_path: float, target: str) -> None:
-    """Hugging Face's ViT, BERT and GPT-2 have no stochastic depth: say it is left out."""
-    if drop_path:
-        warnings.warn(
-            f"drop_path={drop_path} is dropped: {target} has no stochastic depth (eval outputs "
-            "are unchanged; training the HF model will differ)",
-            stacklevel=4,
-        )
-
-
-def build_hf_model(make: Callable[[], Any], like: nn.Module) -> Any:
-    """``make()``'s Hugging Face model, on ``like``'s device and dtype, built under a forked RNG:
-    HF initialises a new model randomly before tfam's weights are copied in, and that must not
-    move the caller's random stream."""
-    with torch.random.fork_rng(devices=[]):
-        hf = make()
-    param = next(like.parameters())
-    return hf.to(device=param.device, dtype=param.dtype)
 
 
 def canonical_hf_key(key: str) -> str:
@@ -221,12 +175,7 @@ def config_from_hf(
 ) -> ViTConfig:
     """tfam ViTConfig for an HF ViTConfig. ``pooler_size`` is the ViTModel pooler's output
     width (None without a pooler); ``num_classes`` the classifier's (0 without one)."""
-    act = hf_config.hidden_act
-    if not isinstance(act, str) or act not in HF_TO_TFAM_ACT:
-        raise ValueError(
-            f"hidden_act={act!r} is invalid for conversion: tfam has exact counterparts for "
-            f"{', '.join(map(repr, HF_TO_TFAM_ACT))}"
-        )
+    activation = activation_from_hf(hf_config.hidden_act)
     if pooler_size is not None:
         pooler_act = getattr(hf_config, "pooler_act", "tanh")
         if pooler_act != "tanh":
@@ -247,7 +196,7 @@ def config_from_hf(
         depth=hf_config.num_hidden_layers,
         heads=hf_config.num_attention_heads,
         ffn_dim=hf_config.intermediate_size,
-        activation=HF_TO_TFAM_ACT[act],
+        activation=activation,
         norm="layernorm",
         norm_eps=float(hf_config.layer_norm_eps),
         norm_first=True,
@@ -322,12 +271,7 @@ def vit_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa
         # Copies, never views: the tfam model must not share storage with hf_model.
         state[tfam_name] = torch.cat(tensors, dim=0) if len(tensors) > 1 else tensors[0].clone()
         used.update(hf_names)
-    left = sorted(set(hf_state) - used - _IGNORED_HF_KEYS)
-    if left:
-        raise ValueError(
-            f"hf_model has weights tfam's ViT cannot represent: {', '.join(left[:8])}"
-            + (" ..." if len(left) > 8 else "")
-        )
+    refuse_unused_weights(set(hf_state) - used - _IGNORED_HF_KEYS, "ViT")
 
     # Built on the meta device: no random init to pay for (or to draw from the caller's RNG);
     # load_state_dict(assign=True) then puts the copied tensors in place.
@@ -347,27 +291,14 @@ def config_to_hf(
     transformers = require_transformers()
     c = model.config
 
-    def refuse(field_name: str, value: Any, why: str) -> ValueError:
-        return ValueError(f"{field_name}={value!r} cannot be converted to Hugging Face ViT: {why}")
-
+    refuse = refusal("Hugging Face ViT")
     if not c.class_token:
         raise refuse("class_token", c.class_token, "HF ViT always prepends a [CLS] token")
     if c.pool != "cls":
         raise refuse("pool", c.pool, "HF ViT classifies from the [CLS] token (pool='cls')")
     if c.position != "learned":
         raise refuse("position", c.position, "HF ViT always adds a learned position table")
-    if c.norm != "layernorm":
-        raise refuse("norm", c.norm, "HF ViT uses LayerNorm")
-    if not c.norm_first:
-        raise refuse("norm_first", c.norm_first, "HF ViT blocks are pre-norm")
-    if not c.final_norm:
-        raise refuse("final_norm", c.final_norm, "HF ViT always applies a final LayerNorm")
-    if c.activation not in TFAM_TO_HF_ACT:
-        raise refuse(
-            "activation",
-            c.activation,
-            f"HF ViT's MLP is not gated; convertible: {', '.join(map(repr, TFAM_TO_HF_ACT))}",
-        )
+    refuse_unlike_blocks(c, "Hugging Face ViT", "HF ViT", norm_first=True)
     refuse_inexact_attention(c.attention, "Hugging Face ViT")
     if c.representation_size and c.num_classes:
         raise refuse(
@@ -386,15 +317,7 @@ def config_to_hf(
         return pair[0] if pair[0] == pair[1] else list(pair)
 
     values: dict[str, Any] = dict(
-        hidden_size=c.dim,
-        num_hidden_layers=c.depth,
-        num_attention_heads=c.heads,
-        intermediate_size=c.ffn_dim,
-        hidden_act=TFAM_TO_HF_ACT[c.activation],
-        hidden_dropout_prob=c.dropout,
-        attention_probs_dropout_prob=c.attn_dropout,
-        initializer_range=c.init_std,
-        layer_norm_eps=c.norm_eps,
+        encoder_fields_to_hf(c),
         image_size=single(c.image_size),
         patch_size=single(c.patch_size),
         num_channels=c.in_channels,
@@ -462,11 +385,44 @@ def vit_to_hf(
     return hf.train(model.training)
 
 
+def compare(tfam_model: ViT, hf_model: Any) -> float:
+    """Max |difference| of the last hidden states and outputs (logits, pooler output, or the
+    normed [CLS] token) of a tfam ViT and its HF counterpart on 2 random images."""
+    c = tfam_model.config
+    x = random_images(c.in_channels, c.image_size)
+    base = hf_model.vit if hasattr(hf_model, "vit") else hf_model
+    tokens = tfam_model.forward_features(x)
+    ours = tfam_model.forward_head(tokens)
+    out = base(pixel_values=x)
+    hidden = out.last_hidden_state
+    if base is not hf_model:
+        theirs = hf_model(pixel_values=x).logits
+    elif out.pooler_output is not None:
+        theirs = out.pooler_output
+    else:
+        theirs = hidden[:, 0]
+    return max((tokens - hidden).abs().max().item(), (ours - theirs).abs().max().item())
+
+
+register_converter(
+    Converter(
+        model_type="vit",
+        family=ViT,
+        hf_classes=("ViTForImageClassification", "ViTModel"),
+        from_hf=vit_from_hf,
+        to_hf=vit_to_hf,
+        compare=compare,
+        sample="2 random images",
+        optional_pooler={"ViTModel": "pooler.dense"},
+    )
+)
+
 __all__ = [
     "HF_TO_TFAM_ACT",
     "INSTALL_HINT",
     "TFAM_TO_HF_ACT",
     "canonical_hf_key",
+    "compare",
     "config_from_hf",
     "config_to_hf",
     "require_transformers",

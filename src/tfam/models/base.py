@@ -83,13 +83,37 @@ class TfamModel(nn.Module, ABC):
     """Base of every family: ``model.config``, ``save_pretrained``, ``from_pretrained``."""
 
     config_class: ClassVar[type[BaseConfig]]
+    # What the family declares; the command line and interop ask these, never its name.
+    # How messages name the family ("ViT", "BERT").
+    title: ClassVar[str] = ""
+    # What forward reads: "image" (pixels (B, C, H, W)), "tokens" (ids (B, L)) or
+    # "token-pairs" (source ids (B, Ls) and target ids (B, Lt): an encoder–decoder).
+    inputs: ClassVar[str] = ""
     # The trainer's tasks (tfam.training.tasks names) this family can be trained on.
     tasks: ClassVar[tuple[str, ...]] = ()
+    # What the head computes, by the config's ``head`` value, for a model whose run says
+    # nothing else (a family with one task computes that one: see ``head_task``).
+    head_tasks: ClassVar[dict[str, str]] = {}
+    # Whether ``generate`` continues a sequence (greedy, sampling, beam search).
+    generates: ClassVar[bool] = False
+    # Whether mean-pooled ``forward_features`` are sentence embeddings (`tfam embed`).
+    embeds: ClassVar[bool] = False
+    # Its Hugging Face converters (tfam.interop.registry.Converter): they add themselves here
+    # when they register (importing tfam imports them all).
+    converters: ClassVar[tuple[Any, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls.converters = ()  # a subclass is another family: it does not inherit converters
         if getattr(cls, "config_class", None) is not None:
             MODEL_CLASSES[cls.config_class.family] = cls
+
+    @classmethod
+    def head_task(cls, config: BaseConfig) -> str:
+        """The task ``config``'s head computes ("" when the family cannot tell)."""
+        if cls.head_tasks:
+            return cls.head_tasks.get(str(getattr(config, "head", "")), "")
+        return cls.tasks[0] if len(cls.tasks) == 1 else ""
 
     def __init__(self, config: BaseConfig) -> None:
         super().__init__()

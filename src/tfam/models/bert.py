@@ -136,7 +136,15 @@ class MaskedLMHead(nn.Module):
 
 class Bert(TfamModel):
     config_class = BertConfig
+    title = "BERT"
+    inputs = "tokens"
     tasks = ("sequence-classification", "token-classification", "masked-lm")
+    head_tasks = {
+        "sequence": "sequence-classification",
+        "token": "token-classification",
+        "mlm": "masked-lm",
+    }
+    embeds = True
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)

@@ -86,7 +86,10 @@ class GPT(GenerationMixin, TfamModel):
     or without the KV cache: :mod:`tfam.generation`)."""
 
     config_class = GPTConfig
+    title = "GPT"
+    inputs = "tokens"
     tasks = ("causal-lm",)
+    generates = True
     # Keep the decoding layout of the weights (see :meth:`decoding_context`) between
     # ``generate`` calls: it costs one more copy of the matrices in memory, and remaking it
     # costs about as much as a few decoded tokens. False: made per call and dropped after.

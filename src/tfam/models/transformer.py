@@ -111,7 +111,10 @@ class TokenEmbedding(nn.Module):
 
 class Transformer(GenerationMixin, TfamModel):
     config_class = TransformerConfig
+    title = "Transformer"
+    inputs = "token-pairs"
     tasks = ("seq2seq",)
+    generates = True
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__(config)

@@ -102,6 +102,8 @@ class ViTConfig(BaseConfig):
 
 class ViT(TfamModel):
     config_class = ViTConfig
+    title = "ViT"
+    inputs = "image"
     tasks = ("image-classification",)
 
     def __init__(self, config: ViTConfig) -> None:
