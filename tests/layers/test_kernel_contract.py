@@ -17,7 +17,7 @@ registry, so a kernel registered later is covered without writing a test, in flo
 
 Two toy kernels defined here (a sliding-window pattern kernel computed by gathering each
 query's keys, and an approximate one) are registered for this module only, to show that the
-contract holds pattern and approximate declarations to their word; two lying kernels show that
+contract holds pattern and approximate declarations to their word; three lying kernels show that
 it fails them.
 """
 
