@@ -99,12 +99,15 @@ class EncoderBlock(nn.Module):
         part = self.token_partition
         assert part is not None
         groups, own = part.partition(h, grid)
+        # A per-layer bias (Swin's table) or Q/K transform sees a window's own positions.
+        hooked = self.mhsa.qk_transform is not None or self.mhsa.bias_provider is not None
         z, weights = self.mhsa(
             groups,
             mask=combine(mask, own),
             bias=bias,
             is_causal=is_causal,
             need_weights=need_weights,
+            positions=torch.arange(groups.shape[1], device=groups.device) if hooked else None,
         )
         return part.merge(z, grid), weights
 
