@@ -1,4 +1,5 @@
-"""`tfam convert`: a local Hugging Face ViT, BERT or GPT-2 directory <-> a tfam model directory.
+"""`tfam convert`: a local Hugging Face ViT, BERT, GPT-2 or MarianMT directory <-> a tfam model
+directory.
 
 Both directions read and write local directories only (nothing is downloaded), then reload
 what they wrote and compare it with the source model on a random batch, so a conversion that
@@ -22,13 +23,16 @@ EPILOG = """examples:
   tfam convert tfam-to-hf runs/sentiment hf/sentiment    a BERT run -> BertForSequenceClassification
   tfam convert hf-to-tfam hf/bert-tagger runs/tagger     BertForTokenClassification -> tfam BERT
   tfam convert hf-to-tfam hf/gpt2 runs/gpt2              GPT2LMHeadModel -> tfam GPT (then generate)
+  tfam convert hf-to-tfam hf/opus-mt runs/marian         MarianMTModel -> tfam Transformer
+  tfam convert tfam-to-hf runs/marian hf/marian          a post-norm tfam Transformer -> MarianMTModel
   python -c "from transformers import ViTForImageClassification as M; M.from_pretrained('hf/digits')"
 
 hf-to-tfam reads HF_DIR/config.json and its weights: model_type 'vit' (ViTModel,
 ViTForImageClassification; a ViTModel pooler becomes tfam's pre-logits layer), 'bert'
 (BertModel, BertForMaskedLM, BertForTokenClassification, BertForSequenceClassification: tfam's
-BERT with head none, mlm, token or sequence) or 'gpt2' (GPT2LMHeadModel, GPT2Model). tfam-to-hf
-writes the counterpart of a tfam ViT, BERT (by its config.head) or GPT. Class names travel
+BERT with head none, mlm, token or sequence), 'gpt2' (GPT2LMHeadModel, GPT2Model) or 'marian'
+(MarianMTModel: tfam's encoder–decoder Transformer). tfam-to-hf writes the counterpart of a tfam
+ViT, BERT (by its config.head), GPT or Marian-shaped Transformer. Class names travel
 both ways: preprocess.json (images) and labels.json (text runs) <-> the HF config's id2label.
 A tokenizer.json is copied along (a tfam character tokenizer, which HF cannot read, stays
 behind), so `tfam generate`, `predict` and `embed` work on a converted directory.
@@ -43,6 +47,7 @@ HF_CLASSES = {  # model_type -> the transformers classes tfam converts
         "BertForSequenceClassification",
     ),
     "gpt2": ("GPT2LMHeadModel", "GPT2Model"),
+    "marian": ("MarianMTModel",),
 }
 # Classes whose pooler may be absent from the file (saved with add_pooling_layer=False).
 _POOLED = {"ViTModel": "pooler.dense", "BertModel": "pooler.dense"}
@@ -53,8 +58,8 @@ _HEAD_TASKS = {"sequence": "sequence-classification", "token": "token-classifica
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "convert",
-        help="convert a ViT, BERT or GPT between Hugging Face transformers and tfam directories",
-        description="Convert a ViT, BERT or GPT-2 between a local Hugging Face directory "
+        help="convert a ViT, BERT, GPT or MarianMT between Hugging Face and tfam directories",
+        description="Convert a ViT, BERT, GPT-2 or MarianMT between a local Hugging Face directory "
         "(save_pretrained) and a tfam model directory, then check the written model against "
         "the source.",
         epilog=EPILOG,
@@ -142,6 +147,8 @@ def _compare(tfam_model: Any, hf_model: Any) -> float:
             return _compare_bert(tfam_model, hf_model)
         if family == "gpt":
             return _compare_gpt(tfam_model, hf_model)
+        if family == "transformer":
+            return _compare_marian(tfam_model, hf_model)
         return _compare_vit(tfam_model, hf_model)
 
 
@@ -190,6 +197,30 @@ def _compare_gpt(tfam_model: Any, hf_model: Any) -> float:
         return (tfam_model(ids) - hf_model(input_ids=ids).logits).abs().max().item()
     hidden = hf_model(input_ids=ids).last_hidden_state
     return (tfam_model.forward_features(ids) - hidden).abs().max().item()
+
+
+def _compare_marian(tfam_model: Any, hf_model: Any) -> float:
+    """Logits on 2 source rows of 7 random ids and 2 target rows of 5 (the start token, then
+    random ids), the second row of each ending in padding."""
+    c = tfam_model.config
+    src = _random_ids(c.vocab_size, min(7, c.max_positions))
+    tgt = _random_ids(c.vocab_size, min(5, c.max_positions))
+    tgt[:, 0] = c.bos_token_id
+    src_mask, tgt_mask = (
+        torch.ones_like(src, dtype=torch.bool),
+        torch.ones_like(tgt, dtype=torch.bool),
+    )
+    src_mask[1, max(1, src.shape[1] - 3) :] = False
+    tgt_mask[1, max(1, tgt.shape[1] - 2) :] = False
+    src[~src_mask], tgt[~tgt_mask] = c.pad_token_id, c.pad_token_id
+    ours = tfam_model(src, tgt, src_mask, tgt_mask)
+    theirs = hf_model(
+        input_ids=src,
+        attention_mask=src_mask.long(),
+        decoder_input_ids=tgt,
+        decoder_attention_mask=tgt_mask.long(),
+    ).logits
+    return (ours - theirs).abs().max().item()
 
 
 def _load_hf(src: Path) -> Any:
@@ -311,10 +342,10 @@ def _tfam_to_hf(args: argparse.Namespace, src: Path, out: Path) -> tuple[Any, An
             f"SRC={str(src)!r} is a Hugging Face directory; use `tfam convert hf-to-tfam`"
         )
     model = from_pretrained(src)
-    if model.config.family not in ("vit", "bert", "gpt"):
+    if model.config.family not in ("vit", "bert", "gpt", "transformer"):
         raise ValueError(
-            f"SRC={str(src)!r} holds a {model.config.family!r} model: tfam converts ViT, BERT "
-            "and GPT to Hugging Face"
+            f"SRC={str(src)!r} holds a {model.config.family!r} model: tfam converts ViT, BERT, "
+            "GPT and the encoder–decoder Transformer to Hugging Face"
         )
     id2label = _id2label(src, model)
     _transformers()
@@ -337,6 +368,8 @@ def _describe(model: Any) -> str:
         if c.representation_size:
             text += f" representation_size={c.representation_size}"
         return text
+    if c.family == "transformer" and c.decoder_depth != c.depth:
+        text += f" decoder_depth={c.decoder_depth}"
     text += f" vocab_size={c.vocab_size} max_positions={c.max_positions}"
     if c.family == "bert":
         text += f" head={c.head}"
@@ -359,7 +392,8 @@ def run(args: argparse.Namespace) -> int:
     copied = _copy_extras(src, out, args.direction)
     if args.direction == "hf-to-tfam" and _labels_from_hf(hf_model, tfam_model, out, src):
         copied.append("labels.json (from id2label)")
-    family = {"vit": "ViT", "bert": "BERT", "gpt": "GPT"}[tfam_model.config.family]
+    names = {"vit": "ViT", "bert": "BERT", "gpt": "GPT", "transformer": "Transformer"}
+    family = names[tfam_model.config.family]
     target = f"tfam {family}" if args.direction == "hf-to-tfam" else type(hf_model).__name__
     print(
         f"wrote {out} ({target}): {_describe(tfam_model)}"

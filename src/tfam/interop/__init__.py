@@ -10,6 +10,7 @@ Families: ViT (``transformers.ViTModel``, ``transformers.ViTForImageClassificati
 BERT (``BertModel``, ``BertForMaskedLM``, ``BertForTokenClassification``,
 ``BertForSequenceClassification``), see :mod:`tfam.interop.hf_bert`; the packaged
 all-MiniLM-L6-v2 (pretrained weights of preset ``minilm_l6``), see :mod:`tfam.interop.minilm`.
+The encoder–decoder Transformer (``MarianMTModel``), see :mod:`tfam.interop.hf_marian`.
 """
 
 from __future__ import annotations
@@ -41,10 +42,14 @@ def from_hf(hf_model: Any, **options: Any) -> nn.Module:
         from tfam.interop.hf_gpt2 import gpt2_from_hf
 
         return gpt2_from_hf(hf_model, **options)
+    if model_type == "marian":
+        from tfam.interop.hf_marian import marian_from_hf
+
+        return marian_from_hf(hf_model, **options)
     raise ValueError(
         f"hf_model={type(hf_model).__name__} (model_type={model_type!r}) is invalid: "
         "tfam converts Hugging Face ViT models (model_type 'vit': ViTModel, "
-        "ViTForImageClassification; 'gpt2': GPT2LMHeadModel, GPT2Model)"
+        "ViTForImageClassification; 'gpt2': GPT2LMHeadModel, GPT2Model; 'marian': MarianMTModel)"
     )
 
 
@@ -66,9 +71,13 @@ def to_hf(model: nn.Module, **options: Any) -> nn.Module:
         from tfam.interop.hf_gpt2 import gpt2_to_hf
 
         return gpt2_to_hf(model, **options)  # type: ignore[arg-type]
+    if family == "transformer":
+        from tfam.interop.hf_marian import marian_to_hf
+
+        return marian_to_hf(model, **options)  # type: ignore[arg-type]
     raise ValueError(
         f"model={type(model).__name__} (family {family!r}) is invalid: tfam converts to "
-        "Hugging Face for these families: 'vit', 'gpt'"
+        "Hugging Face for these families: 'vit', 'gpt', 'transformer'"
     )
 
 

@@ -52,6 +52,16 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> Tensor:
     return table.float()
 
 
+def sinusoidal_table_halves(length: int, dim: int, base: float = 10000.0) -> Tensor:
+    """The sinusoids of :func:`sinusoidal_table` laid out in halves, as Marian (and Hugging
+    Face's MarianMT) stores them: every sine first, then every cosine,
+    PE(pos, i) = sin(pos / base^(2i/D)) and PE(pos, ceil(D/2) + i) = cos(pos / base^(2i/D)).
+    -> (length, D) float32, computed in float64."""
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    angles = pos / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    return torch.cat([angles.sin(), angles.cos()[:, : dim // 2]], dim=-1).float()
+
+
 def sincos_2d_table(grid: tuple[int, int], dim: int, base: float = 10000.0) -> Tensor:
     """Fixed 2-D sine-cosine positions for a patch grid: the first D/2 features encode the
     row with :func:`sinusoidal_table`, the last D/2 the column. -> (gh*gw, D) float32."""

@@ -10,7 +10,9 @@ source ids (B, Ls)                                target ids (B, Lt), starting w
 PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)), from pos 0.
 Padding (``pad_token_id``) is masked on both sides; the decoder cannot see the future. Post-norm
 blocks as in the paper (``norm_first=True`` for pre-norm); the source, target and output
-embeddings may share one matrix (``share_embeddings``, ``tie_output``).
+embeddings may share one matrix (``share_embeddings``, ``tie_output``). For Marian
+(:mod:`tfam.interop.hf_marian`): ``sinusoid_layout="halves"`` (all sines, then all cosines) and
+``logits_bias`` (a fixed bias added to the logits, a buffer like Marian's final_logits_bias).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
+from tfam.config import BaseConfig, check_bool, check_choice, check_positive_int, config_error
 from tfam.generation import DecodingState, GenerationMixin
 from tfam.layers import TransformerStack, make_norm, pad_token_mask, sinusoidal_table
+from tfam.layers.position import sinusoidal_table_halves
 from tfam.models.base import TfamModel
 from tfam.models.registry import register_preset
 
@@ -57,6 +60,8 @@ class TransformerConfig(BaseConfig):
     tie_output: bool = True  # the output projection is the target embedding (transposed)
     final_norm: bool | None = None  # None -> True with pre-norm blocks, False with post-norm
     scale_embeddings: bool = True  # multiply embeddings by sqrt(D), as in the paper
+    sinusoid_layout: str = "interleaved"  # sin/cos alternate; "halves": sines, then cosines
+    logits_bias: bool = False  # a fixed (V,) buffer added to the logits (Marian)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,8 +79,15 @@ class TransformerConfig(BaseConfig):
                 )
         if self.final_norm is None:
             self.final_norm = bool(self.norm_first)
-        for name in ("share_embeddings", "tie_output", "final_norm", "scale_embeddings"):
+        for name in (
+            "share_embeddings",
+            "tie_output",
+            "final_norm",
+            "scale_embeddings",
+            "logits_bias",
+        ):
             check_bool(name, getattr(self, name))
+        check_choice("sinusoid_layout", self.sinusoid_layout, ("interleaved", "halves"))
 
 
 class TokenEmbedding(nn.Module):
@@ -87,7 +99,10 @@ class TokenEmbedding(nn.Module):
         self.scale = math.sqrt(config.dim) if config.scale_embeddings else 1.0
         self.max_positions = config.max_positions
         if config.position == "sinusoidal":
-            table = sinusoidal_table(config.max_positions, config.dim)
+            make = (
+                sinusoidal_table_halves if config.sinusoid_layout == "halves" else sinusoidal_table
+            )
+            table = make(config.max_positions, config.dim)
             self.register_buffer("pos_table", table, persistent=False)
             self.pos_embed = None
         else:
@@ -123,6 +138,9 @@ class Transformer(GenerationMixin, TfamModel):
         self.encoder_norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
         self.decoder_norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
         self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+        if c.logits_bias:
+            # A buffer, not a parameter: Marian's final_logits_bias is not trained either.
+            self.register_buffer("logits_bias", torch.zeros(c.vocab_size))
         self.init_weights()
         if c.tie_output:
             self.lm_head.weight = tgt_tokens.weight
@@ -189,6 +207,10 @@ class Transformer(GenerationMixin, TfamModel):
             self_mask = tgt_mask[:, None, None, :].bool()
         elif cache is None and mask_padding:
             self_mask = pad_token_mask(tgt_ids, self.config.pad_token_id)
+            if self_mask is not None and self.config.bos_token_id == self.config.pad_token_id:
+                # Marian starts the target with the pad id: the first token is the start token.
+                self_mask[..., 0] = True
+                self_mask = None if bool(self_mask.all()) else self_mask
         x, weights = self.decoder(
             x,
             mask=self_mask,
@@ -197,7 +219,10 @@ class Transformer(GenerationMixin, TfamModel):
             cache=cache,
             need_weights=return_attention,
         )
-        return self.lm_head(self.decoder_norm(x)), weights
+        logits = self.lm_head(self.decoder_norm(x))
+        if self.config.logits_bias:
+            logits = logits + self.logits_bias
+        return logits, weights
 
     def forward(
         self,
