@@ -339,6 +339,17 @@ def test_contract_rng_device_dtype_mode_and_copies() -> None:
     assert not torch.allclose(back.lm_head.weight, model.lm_head.weight)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_models_convert_in_their_dtype(dtype: torch.dtype) -> None:
+    hf = hf_model("shared-tied").to(dtype)
+    model = from_hf(hf)
+    assert {p.dtype for p in model.parameters()} == {dtype}
+    assert model.src_embed.pos_table.dtype == dtype and model.logits_bias.dtype == dtype
+    back = to_hf(model)
+    assert {p.dtype for p in back.parameters()} == {dtype}
+    assert torch.equal(back.final_logits_bias, hf.final_logits_bias)
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [

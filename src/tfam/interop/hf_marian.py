@@ -41,7 +41,10 @@ Decoding: greedy tokens equal ``generate``'s. Beam search ranks finished hypothe
 by ``|Y|^alpha`` and stops on a heuristic; with ``length_penalty=0`` both are plain
 log-probability and the tokens agree. ``forced_eos_token_id`` (a logits processor of
 ``generate``, set in the released Marian configs) has no tfam counterpart: ``marian_to_hf``
-writes None, and ``marian_from_hf`` leaves it behind.
+writes None, and ``marian_from_hf`` leaves it behind, as every setting of a checkpoint's
+``generation_config.json`` (``bad_words_ids``, ``num_beams``, ``max_length``): pass them to
+``generate``. tfam also keeps a finished hypothesis whose EOS ranks below the k best candidates
+of a step (Hugging Face drops it); at ``length_penalty=0`` such a hypothesis never wins.
 """
 
 from __future__ import annotations
@@ -230,8 +233,11 @@ def _check_positions(hf_state: dict[str, Tensor], config: TransformerConfig) -> 
     for key in _POSITION_KEYS:
         if key not in hf_state:
             raise ValueError(f"hf_model has no weight {key!r}; cannot convert it")
-        value = hf_state[key].detach().to("cpu", torch.float32)
-        if value.shape != table.shape or not torch.allclose(value, table, rtol=0, atol=_TABLE_ATOL):
+        value = hf_state[key].detach()
+        # A half-precision table is the float32 one rounded: allow that rounding.
+        atol = max(_TABLE_ATOL, torch.finfo(value.dtype).eps)
+        value = value.to("cpu", torch.float32)
+        if value.shape != table.shape or not torch.allclose(value, table, rtol=0, atol=atol):
             raise ValueError(
                 f"hf_model's {key} is not Marian's sinusoid table (max_position_embeddings="
                 f"{config.max_positions}, d_model={config.dim}); tfam computes that table and "
