@@ -450,3 +450,18 @@ def test_tfam_convert_round_trip(tmp_path, capsys) -> None:
     assert again.config.decoder_start_token_id == PAD and again.config.forced_eos_token_id is None
     batch = padded_batch()
     assert torch.allclose(hf_logits(again, *batch), hf_logits(hf, *batch), atol=ATOL, rtol=0)
+
+
+def test_to_hf_warns_when_shared_embeddings_come_untied() -> None:
+    """transformers 5.x ties MarianMT's encoder and decoder embeddings only together with
+    tie_word_embeddings: shared but untied tfam embeddings become two equal HF matrices."""
+    torch.manual_seed(0)
+    model = randomize(marian_shaped(share_embeddings=True, tie_output=False))
+    with pytest.warns(UserWarning, match="share_embeddings=True with tie_output=False"):
+        hf = to_hf(model)
+    g = torch.Generator().manual_seed(2)
+    src, tgt = torch.randint(1, PAD, (2, 2, 6), generator=g)
+    tgt[:, 0] = model.config.bos_token_id
+    with torch.no_grad():
+        ref = hf(input_ids=src, decoder_input_ids=tgt).logits
+        assert torch.allclose(model(src, tgt), ref, atol=ATOL, rtol=0)

@@ -198,7 +198,8 @@ class Transformer(GenerationMixin, TfamModel):
     ) -> tuple[Tensor, list[Any] | None]:
         """(B, Lt) target ids (the new ones when cached) -> logits (B, Lt, V), weights.
         Without ``tgt_mask``, ids equal to ``pad_token_id`` are masked when ``mask_padding``
-        (decoding passes False: its target holds no padding that later tokens may not see)."""
+        (decoding passes False: its target holds no padding that later tokens may not see);
+        when ``bos_token_id == pad_token_id`` (Marian) the first id is the start token, kept."""
         self.check_ids(tgt_ids, "tgt_ids")
         offset = cache.position if cache is not None else 0
         x = self.tgt_embed(tgt_ids, offset)
