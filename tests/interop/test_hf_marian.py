@@ -403,7 +403,6 @@ def marian_shaped(**overrides: object) -> Transformer:
     ("overrides", "message"),
     [
         (dict(position="learned"), "position='learned'"),
-        (dict(sinusoid_layout="interleaved"), "sinusoid_layout='interleaved'"),
         (dict(norm_first=True), "norm_first=True"),
         (dict(final_norm=True), "final_norm=True"),
         (dict(norm="rmsnorm"), "norm='rmsnorm'"),
@@ -464,4 +463,67 @@ def test_to_hf_warns_when_shared_embeddings_come_untied() -> None:
     tgt[:, 0] = model.config.bos_token_id
     with torch.no_grad():
         ref = hf(input_ids=src, decoder_input_ids=tgt).logits
+        assert torch.allclose(model(src, tgt), ref, atol=ATOL, rtol=0)
+
+
+def test_tfams_interleaved_sinusoids_convert_by_reordering_features() -> None:
+    """A tfam-native post-norm Transformer (interleaved table, relu, different depths, odd
+    width) -> MarianMT: same logits, same greedy and beam tokens; back in tfam it has the
+    halves layout and still the same logits."""
+    torch.manual_seed(0)
+    model = randomize(
+        marian_shaped(
+            dim=15,
+            depth=2,
+            decoder_depth=3,
+            activation="relu",
+            share_embeddings=False,
+            sinusoid_layout="interleaved",
+        )
+    )
+    assert model.config.sinusoid_layout == "interleaved"
+    hf = to_hf(model)
+    src, src_mask, tgt, tgt_mask = padded_batch()
+    src[~src_mask], tgt[~tgt_mask] = 0, 0  # this model's pad id
+    tgt[:, 0] = model.config.bos_token_id
+    ref = hf_logits(hf, src, src_mask, tgt, tgt_mask)
+    with torch.no_grad():
+        ours = model(src, tgt, src_mask, tgt_mask)
+    assert torch.allclose(ours, ref, atol=ATOL, rtol=0), (ours - ref).abs().max()
+    eos = model.config.eos_token_id
+    for num_beams in (1, 3):
+        kwargs = dict(num_beams=num_beams, length_penalty=0.0, max_new_tokens=8)
+        expected = hf.generate(input_ids=src, attention_mask=src_mask.long(), **kwargs)
+        tokens = model.generate(src, attention_mask=src_mask, **kwargs)
+        assert tokens.shape == expected.shape
+        # HF's beam search fills finished rows with `pad_token_id or eos_token_id`: a pad id
+        # of 0 (this model's) reads as unset and it fills with EOS. tfam fills with the pad id.
+        ended = (tokens == eos).long()
+        after_eos = ended.cumsum(dim=1) - ended > 0
+        assert after_eos.any() or num_beams == 1  # a beam row ended early: filling compared
+        assert torch.equal(tokens[~after_eos], expected[~after_eos])
+        assert (tokens[after_eos] == 0).all()
+        filler = eos if num_beams > 1 else 0
+        assert (expected[after_eos] == filler).all()
+    back = from_hf(hf)
+    assert back.config == model.config.replace(sinusoid_layout="halves", logits_bias=True)
+    with torch.no_grad():
+        again = back(src, tgt, src_mask, tgt_mask)
+    assert torch.allclose(again, ours, atol=ATOL, rtol=0)
+
+
+def test_tfam_convert_takes_a_tfam_model_directory(tmp_path, capsys) -> None:
+    torch.manual_seed(1)
+    model = randomize(marian_shaped(depth=2, activation="relu", sinusoid_layout="interleaved"))
+    model.save_pretrained(tmp_path / "run")
+    code = tfam.cli.main(["convert", "tfam-to-hf", str(tmp_path / "run"), str(tmp_path / "hf")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "MarianMTModel" in out and "(ok," in out
+    hf = transformers.MarianMTModel.from_pretrained(tmp_path / "hf", local_files_only=True)
+    g = torch.Generator().manual_seed(3)
+    src, tgt = torch.randint(3, PAD, (2, 2, 7), generator=g)
+    tgt[:, 0] = model.config.bos_token_id
+    with torch.no_grad():
+        ref = hf.eval()(input_ids=src, decoder_input_ids=tgt).logits
         assert torch.allclose(model(src, tgt), ref, atol=ATOL, rtol=0)

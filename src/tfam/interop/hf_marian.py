@@ -11,7 +11,9 @@ LayerNorm eps 1e-5, sinusoids added to the (optionally sqrt(D)-scaled) token emb
 fixed bias on the logits. Two layouts differ from tfam's defaults and are config fields there:
 Marian's sinusoid table holds every sine first, then every cosine (``sinusoid_layout="halves"``,
 :func:`~tfam.layers.position.sinusoidal_table_halves`), and ``final_logits_bias`` is a buffer
-(``logits_bias=True``; not trained on either side).
+(``logits_bias=True``; not trained on either side). ``marian_to_hf`` also takes tfam's own
+interleaved layout (a ``transformer_base`` run, say) by reordering the residual features so
+that its table becomes Marian's; ``marian_from_hf`` always gives the halves layout.
 
 =============================================  ==============================================
 HF (MarianMTModel)                             tfam
@@ -44,7 +46,9 @@ log-probability and the tokens agree. ``forced_eos_token_id`` (a logits processo
 writes None, and ``marian_from_hf`` leaves it behind, as every setting of a checkpoint's
 ``generation_config.json`` (``bad_words_ids``, ``num_beams``, ``max_length``): pass them to
 ``generate``. tfam also keeps a finished hypothesis whose EOS ranks below the k best candidates
-of a step (Hugging Face drops it); at ``length_penalty=0`` such a hypothesis never wins.
+of a step (Hugging Face drops it); at ``length_penalty=0`` such a hypothesis never wins. And
+Hugging Face's beam search fills finished rows with ``pad_token_id or eos_token_id``, so with
+a pad id of 0 it writes EOS after EOS where tfam writes the pad id.
 """
 
 from __future__ import annotations
@@ -321,12 +325,6 @@ def config_to_hf(model: Transformer, *, attn_implementation: str | None = None) 
 
     if c.position != "sinusoidal":
         raise refuse("position", c.position, "Marian adds fixed sinusoids")
-    if c.sinusoid_layout != "halves":
-        raise refuse(
-            "sinusoid_layout",
-            c.sinusoid_layout,
-            "Marian's table holds the sines, then the cosines ('halves')",
-        )
     if c.norm != "layernorm":
         raise refuse("norm", c.norm, "Marian uses LayerNorm")
     if c.norm_eps != MARIAN_NORM_EPS:
@@ -372,6 +370,38 @@ def config_to_hf(model: Transformer, *, attn_implementation: str | None = None) 
     )
 
 
+# tfam weights with a residual-stream (D) axis: name suffix -> that axis.
+_RESIDUAL_AXES = [
+    ("tokens.weight", 1),
+    ("lm_head.weight", 1),
+    ("qkv.weight", 1),
+    ("q_proj.weight", 1),
+    ("k_proj.weight", 1),
+    ("v_proj.weight", 1),
+    ("out_proj.weight", 0),
+    ("out_proj.bias", 0),
+    ("fc1.weight", 1),
+    ("fc2.weight", 0),
+    ("fc2.bias", 0),
+]
+
+
+def _to_halves_basis(state: dict[str, Tensor], dim: int) -> dict[str, Tensor]:
+    """The weights of the same function with the D residual features reordered (even ones,
+    then odd ones): tfam's interleaved table [sin f0, cos f0, sin f1, ...] becomes Marian's
+    [sin f0, sin f1, ..., cos f0, cos f1, ...]. Embeddings, the LM head and every projection
+    reading the stream permute their input columns, every projection writing to it its output
+    rows, and LayerNorm its gain and bias (its mean and variance ignore the order)."""
+    perm = torch.cat([torch.arange(0, dim, 2), torch.arange(1, dim, 2)])
+    out = {}
+    for name, value in state.items():
+        axis = next((a for suffix, a in _RESIDUAL_AXES if name.endswith(suffix)), None)
+        if axis is None and ".norm" in name:
+            axis = 0
+        out[name] = value if axis is None else value.index_select(axis, perm.to(value.device))
+    return out
+
+
 def marian_to_hf(model: Transformer, *, attn_implementation: str | None = None) -> PreTrainedModel:
     """The ``MarianMTModel`` computing what the tfam Transformer computes, with copies of its
     weights (its logits equal ``model(src_ids, tgt_ids, src_mask, tgt_mask)``), on the model's
@@ -379,8 +409,11 @@ def marian_to_hf(model: Transformer, *, attn_implementation: str | None = None) 
     tfam's 'math' kernel and 'sdpa' otherwise. A model without ``logits_bias`` gets a zero
     ``final_logits_bias``.
 
-    Refused (``ValueError``): learned positions, the interleaved sinusoid layout, RMSNorm, a
-    LayerNorm eps other than 1e-5, pre-norm blocks, a final norm, no Q/K/V bias, gated MLPs,
+    tfam's own (interleaved) sinusoid layout converts too: the features of the residual stream
+    are permuted (evens, then odds) so that its table becomes Marian's, which changes no output
+    (LayerNorm, attention and the MLP do not depend on the order of those features).
+
+    Refused (``ValueError``): learned positions, RMSNorm, a LayerNorm eps other than 1e-5, pre-norm blocks, a final norm, no Q/K/V bias, gated MLPs,
     attention kernels without an exact HF counterpart.
     """
     if not isinstance(model, Transformer):
@@ -390,6 +423,8 @@ def marian_to_hf(model: Transformer, *, attn_implementation: str | None = None) 
     hf_config = config_to_hf(model, attn_implementation=attn_implementation)
     hf = build_hf_model(lambda: transformers.MarianMTModel(hf_config), model)
     tfam_state = model.state_dict()
+    if c.sinusoid_layout == "interleaved":
+        tfam_state = _to_halves_basis(tfam_state, c.dim)
     state: dict[str, Tensor] = {}
     for hf_names, tfam_name in weight_pairs(c):
         value = tfam_state[tfam_name].detach()
