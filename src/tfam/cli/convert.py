@@ -1,4 +1,5 @@
-"""`tfam convert`: a local Hugging Face ViT, BERT or GPT-2 directory <-> a tfam model directory.
+"""`tfam convert`: a local Hugging Face ViT, BERT, GPT-2 or MarianMT directory <-> a tfam model
+directory.
 
 Both directions read and write local directories only (nothing is downloaded), then reload
 what they wrote and compare it with the source model on a random batch, so a conversion that
@@ -24,13 +25,16 @@ EPILOG = """examples:
   tfam convert tfam-to-hf runs/sentiment hf/sentiment    a BERT run -> BertForSequenceClassification
   tfam convert hf-to-tfam hf/bert-tagger runs/tagger     BertForTokenClassification -> tfam BERT
   tfam convert hf-to-tfam hf/gpt2 runs/gpt2              GPT2LMHeadModel -> tfam GPT (then generate)
+  tfam convert hf-to-tfam hf/opus-mt runs/marian         MarianMTModel -> tfam Transformer
+  tfam convert tfam-to-hf runs/marian hf/marian          a post-norm tfam Transformer -> MarianMTModel
   python -c "from transformers import ViTForImageClassification as M; M.from_pretrained('hf/digits')"
 
 hf-to-tfam reads HF_DIR/config.json and its weights: model_type 'vit' (ViTModel,
 ViTForImageClassification; a ViTModel pooler becomes tfam's pre-logits layer), 'bert'
 (BertModel, BertForMaskedLM, BertForTokenClassification, BertForSequenceClassification: tfam's
-BERT with head none, mlm, token or sequence) or 'gpt2' (GPT2LMHeadModel, GPT2Model). tfam-to-hf
-writes the counterpart of a tfam ViT, BERT (by its config.head) or GPT. Class names travel
+BERT with head none, mlm, token or sequence), 'gpt2' (GPT2LMHeadModel, GPT2Model) or 'marian'
+(MarianMTModel: tfam's encoder–decoder Transformer). tfam-to-hf writes the counterpart of a tfam
+ViT, BERT (by its config.head), GPT or Marian-shaped Transformer. Class names travel
 both ways: preprocess.json (images) and labels.json (text runs) <-> the HF config's id2label.
 A tokenizer.json is copied along (a tfam character tokenizer, which HF cannot read, stays
 behind), so `tfam generate`, `predict` and `embed` work on a converted directory.
@@ -48,8 +52,8 @@ def register(subparsers: Any) -> None:
     parser = add_command(
         subparsers,
         "convert",
-        help="convert a ViT, BERT or GPT between Hugging Face transformers and tfam directories",
-        description="Convert a ViT, BERT or GPT-2 between a local Hugging Face directory "
+        help="convert a ViT, BERT, GPT or MarianMT between Hugging Face and tfam directories",
+        description="Convert a ViT, BERT, GPT-2 or MarianMT between a local Hugging Face directory "
         "(save_pretrained) and a tfam model directory, then check the written model against "
         "the source.",
         epilog=EPILOG,
@@ -210,6 +214,8 @@ def _describe(model: Any) -> str:
         if c.representation_size:
             text += f" representation_size={c.representation_size}"
         return text
+    if getattr(c, "decoder_depth", c.depth) != c.depth:
+        text += f" decoder_depth={c.decoder_depth}"
     text += f" vocab_size={c.vocab_size} max_positions={c.max_positions}"
     if hasattr(c, "head"):
         from tfam.runs import CLASSIFICATION_TASKS

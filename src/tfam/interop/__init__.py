@@ -11,6 +11,7 @@ this package imports every ``hf_*`` module in it: ViT (``ViTModel``,
 ``BertForTokenClassification``, ``BertForSequenceClassification``), see
 :mod:`tfam.interop.hf_bert`. What they share is :mod:`tfam.interop.common`. The packaged
 all-MiniLM-L6-v2 (pretrained weights of preset ``minilm_l6``), see :mod:`tfam.interop.minilm`.
+The encoder–decoder Transformer (``MarianMTModel``), see :mod:`tfam.interop.hf_marian`.
 """
 
 from __future__ import annotations

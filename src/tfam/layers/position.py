@@ -78,6 +78,16 @@ def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> Tensor:
     return table.float()
 
 
+def sinusoidal_table_halves(length: int, dim: int, base: float = 10000.0) -> Tensor:
+    """The sinusoids of :func:`sinusoidal_table` laid out in halves, as Marian (and Hugging
+    Face's MarianMT) stores them: every sine first, then every cosine,
+    PE(pos, i) = sin(pos / base^(2i/D)) and PE(pos, ceil(D/2) + i) = cos(pos / base^(2i/D)).
+    -> (length, D) float32, computed in float64."""
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    angles = pos / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    return torch.cat([angles.sin(), angles.cos()[:, : dim // 2]], dim=-1).float()
+
+
 def sincos_2d_table(grid: tuple[int, int], dim: int, base: float = 10000.0) -> Tensor:
     """Fixed 2-D sine-cosine positions for a patch grid: the first D/2 features encode the
     row with :func:`sinusoidal_table`, the last D/2 the column. -> (gh*gw, D) float32."""
@@ -380,7 +390,10 @@ class SinusoidalPosition(PositionScheme):
 
     def __init__(self, config: BaseConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
-        self.register_buffer("table", sinusoidal_table(self.length, self.dim), persistent=False)
+        # A family may lay the sinusoids out as Marian does (all sines, then all cosines).
+        halves = getattr(config, "sinusoid_layout", "interleaved") == "halves"
+        make = sinusoidal_table_halves if halves else sinusoidal_table
+        self.register_buffer("table", make(self.length, self.dim), persistent=False)
 
     def values(
         self, where: TokenPositions | tuple[int, int], table: Tensor | None = None

@@ -10,7 +10,9 @@ source ids (B, Ls)                                target ids (B, Lt), starting w
 PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)), from pos 0.
 Padding (``pad_token_id``) is masked on both sides; the decoder cannot see the future. Post-norm
 blocks as in the paper (``norm_first=True`` for pre-norm); the source, target and output
-embeddings may share one matrix (``share_embeddings``, ``tie_output``).
+embeddings may share one matrix (``share_embeddings``, ``tie_output``). For Marian
+(:mod:`tfam.interop.hf_marian`): ``sinusoid_layout="halves"`` (all sines, then all cosines) and
+``logits_bias`` (a fixed bias added to the logits, a buffer like Marian's final_logits_bias).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from tfam.config import BaseConfig, check_bool, check_positive_int, config_error
+from tfam.config import BaseConfig, check_bool, check_choice, check_positive_int, config_error
 from tfam.generation import DecodingState, GenerationMixin
 from tfam.layers import TransformerStack, make_norm, pad_token_mask
 from tfam.layers.position import TokenPositions, build_position
@@ -60,6 +62,8 @@ class TransformerConfig(BaseConfig):
     tie_output: bool = True  # the output projection is the target embedding (transposed)
     final_norm: bool | None = None  # None -> True with pre-norm blocks, False with post-norm
     scale_embeddings: bool = True  # multiply embeddings by sqrt(D), as in the paper
+    sinusoid_layout: str = "interleaved"  # sin/cos alternate; "halves": sines, then cosines
+    logits_bias: bool = False  # a fixed (V,) buffer added to the logits (Marian)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,8 +81,15 @@ class TransformerConfig(BaseConfig):
                 )
         if self.final_norm is None:
             self.final_norm = bool(self.norm_first)
-        for name in ("share_embeddings", "tie_output", "final_norm", "scale_embeddings"):
+        for name in (
+            "share_embeddings",
+            "tie_output",
+            "final_norm",
+            "scale_embeddings",
+            "logits_bias",
+        ):
             check_bool(name, getattr(self, name))
+        check_choice("sinusoid_layout", self.sinusoid_layout, ("interleaved", "halves"))
 
 
 class TokenEmbedding(nn.Module):
@@ -128,6 +139,9 @@ class Transformer(GenerationMixin, TfamModel):
         self.encoder_norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
         self.decoder_norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
         self.lm_head = nn.Linear(c.dim, c.vocab_size, bias=False)
+        if c.logits_bias:
+            # A buffer, not a parameter: Marian's final_logits_bias is not trained either.
+            self.register_buffer("logits_bias", torch.zeros(c.vocab_size))
         self.init_weights()
         if c.tie_output:
             self.lm_head.weight = tgt_tokens.weight
@@ -192,7 +206,8 @@ class Transformer(GenerationMixin, TfamModel):
         """(B, Lt) target ids (the new ones when cached) -> decoder hidden states after the
         final norm (B, Lt, D), weights (per block: (self, cross) or None).
         Without ``tgt_mask``, ids equal to ``pad_token_id`` are masked when ``mask_padding``
-        (decoding passes False: its target holds no padding that later tokens may not see)."""
+        (decoding passes False: its target holds no padding that later tokens may not see);
+        when ``bos_token_id == pad_token_id`` (Marian) the first id is the start token, kept."""
         self.check_ids(tgt_ids, "tgt_ids")
         positions = TokenPositions(cache.position if cache is not None else 0, tgt_ids.shape[1])
         x = self.tgt_embed(tgt_ids, positions)
@@ -201,6 +216,10 @@ class Transformer(GenerationMixin, TfamModel):
             self_mask = tgt_mask[:, None, None, :].bool()
         elif cache is None and mask_padding:
             self_mask = pad_token_mask(tgt_ids, self.config.pad_token_id)
+            if self_mask is not None and self.config.bos_token_id == self.config.pad_token_id:
+                # Marian starts the target with the pad id: the first token is the start token.
+                self_mask[..., 0] = True
+                self_mask = None if bool(self_mask.all()) else self_mask
         x, weights = self.decoder(
             x,
             mask=self_mask,
@@ -257,8 +276,12 @@ class Transformer(GenerationMixin, TfamModel):
         return hidden
 
     def forward_head(self, hidden: Tensor) -> Tensor:
-        """The LM projection: decoder hidden states (B, Lt, D) -> logits (B, Lt, V)."""
-        return self.lm_head(hidden)
+        """The LM projection: decoder hidden states (B, Lt, D) -> logits (B, Lt, V) (plus the
+        fixed ``logits_bias`` when the config has one, as Marian's final_logits_bias)."""
+        logits = self.lm_head(hidden)
+        if self.config.logits_bias:
+            logits = logits + self.logits_bias
+        return logits
 
     def forward(
         self,
