@@ -232,7 +232,7 @@ def test_sinusoids_are_marians_layout() -> None:
         assert torch.equal(ours[0, :half], torch.zeros(half))  # sin(0)
         assert torch.equal(ours[0, half:], torch.ones(dim - half))  # cos(0)
     model = from_hf(transformers.MarianMTModel(hf_config()))
-    assert torch.equal(model.src_embed.pos_table, sinusoidal_table_halves(32, 24))
+    assert torch.equal(model.src_embed.position.table, sinusoidal_table_halves(32, 24))
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -327,7 +327,7 @@ def test_contract_rng_device_dtype_mode_and_copies() -> None:
     assert torch.equal(torch.get_rng_state(), state)  # neither direction draws from the RNG
     assert model.training and back.training
     assert {p.dtype for p in model.parameters()} == {torch.float64}
-    assert model.src_embed.pos_table.dtype == torch.float64
+    assert model.src_embed.position.table.dtype == torch.float64
     assert {p.dtype for p in back.parameters()} == {torch.float64}
     with torch.no_grad():
         hf.model.shared.weight.add_(1.0)
@@ -344,7 +344,7 @@ def test_half_precision_models_convert_in_their_dtype(dtype: torch.dtype) -> Non
     hf = hf_model("shared-tied").to(dtype)
     model = from_hf(hf)
     assert {p.dtype for p in model.parameters()} == {dtype}
-    assert model.src_embed.pos_table.dtype == dtype and model.logits_bias.dtype == dtype
+    assert model.src_embed.position.table.dtype == dtype and model.logits_bias.dtype == dtype
     back = to_hf(model)
     assert {p.dtype for p in back.parameters()} == {dtype}
     assert torch.equal(back.final_logits_bias, hf.final_logits_bias)

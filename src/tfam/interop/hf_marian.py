@@ -20,7 +20,7 @@ HF (MarianMTModel)                             tfam
 =============================================  ==============================================
 model.shared (or encoder.embed_tokens)         src_embed.tokens (tgt_embed.tokens when shared)
 model.decoder.embed_tokens (unshared)          tgt_embed.tokens
-model.{en,de}coder.embed_positions (fixed)     {src,tgt}_embed.pos_table (computed, checked)
+model.{en,de}coder.embed_positions (fixed)     {src,tgt}_embed.position.table (computed, checked)
 *.layers.i.self_attn.q/k/v_proj                {en,de}coder.blocks.i.mhsa.qkv rows [q; k; v]
                                                (or mhsa.q_proj, k_proj, v_proj unfused)
 *.layers.i.self_attn.out_proj                  *.blocks.i.mhsa.out_proj
@@ -312,7 +312,7 @@ def marian_from_hf(
     like = state["src_embed.tokens.weight"]
     table = sinusoidal_table_halves(config.max_positions, config.dim)
     for embed in (model.src_embed, model.tgt_embed):
-        embed.pos_table = table.to(device=like.device, dtype=like.dtype)
+        embed.position.table = table.to(device=like.device, dtype=like.dtype)
     return model.train(hf_model.training)
 
 
