@@ -245,6 +245,11 @@ def test_a_block_without_partition_is_unchanged():
         (lambda: WindowPartition(2).partition(torch.zeros(1, 5, 4), (2, 2)), "x has shape"),
         (lambda: WindowPartition(2).partition(torch.zeros(1, 4, 4), (2, 0)), "grid=.2, 0."),
         (lambda: WindowPartition(2).merge(torch.zeros(3, 4, 4), (4, 4)), "windows has shape"),
+        (lambda: stack()(torch.zeros(1, 4, 6), (2, 2)), r"expected \(B, Hg\*Wg, 8\)"),
+        (
+            lambda: PatchMerging(BaseConfig(dim=4, heads=1))(torch.zeros(1, 5, 4), (2, 2)),
+            "x has shape",
+        ),
     ],
 )
 def test_errors_name_the_argument(build, message):

@@ -202,6 +202,12 @@ class StageStack(nn.Module):
         self, x: Tensor, grid: tuple[int, int], need_weights: bool = False
     ) -> tuple[Tensor, tuple[int, int], list[Any] | None]:
         """x (B, Hg*Wg, D_1), grid (Hg, Wg) -> x (B, N_last, D_last), grid, weights or None."""
+        width = self.stages[0].spec.dim
+        if x.ndim != 3 or x.shape[-1] != width:
+            raise ValueError(
+                f"x has shape {tuple(x.shape)}; expected (B, Hg*Wg, {width}): tokens of the "
+                "first stage's width"
+            )
         all_weights: list[Any] = []
         for stage in self.stages:
             x, grid, weights = stage(x, grid, need_weights)
