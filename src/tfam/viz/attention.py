@@ -29,8 +29,9 @@ __all__ = ["AttentionMaps", "attention_maps", "attention_rollout", "plot_attenti
 def attention_rollout(attentions: Sequence[Tensor], discard_ratio: float = 0.0) -> Tensor:
     """Attention rollout through all blocks (module docstring has the formula).
 
-    attentions: one tensor per block, each (B, H, L, L), rows = queries (as returned by
-    ``model(x, return_attention=True)``). discard_ratio: in [0, 1); before the identity is added,
+    attentions: one tensor per block, each (B, H, L, L), rows = queries (a list, or the
+    :class:`~tfam.models.AttentionWeights` that ``model(x, return_attention=True)`` returns:
+    its main stack's blocks). discard_ratio: in [0, 1); before the identity is added,
     the smallest ``floor(discard_ratio * L)`` weights of every row of the head-averaged map are
     set to zero (a variant that sharpens maps by dropping low-attention noise; 0 keeps all).
     -> (B, L, L) float32, each row summing to 1.
