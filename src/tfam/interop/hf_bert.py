@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.interop import common
+import tfam.interop.common as common
 from tfam.interop.registry import Converter, register_converter
 from tfam.models.bert import Bert, BertConfig
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from tfam.interop import common
+import tfam.interop.common as common
 from tfam.interop.registry import Converter, register_converter
 from tfam.models.gpt import GPT, GPTConfig
 

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from tfam.interop import common
+import tfam.interop.common as common
 from tfam.interop.common import (
     HF_TO_TFAM_ACT,
     TFAM_TO_HF_ACT,
