@@ -84,6 +84,7 @@ from tfam.training.devices import (
     autocast,
     check_compile_available,
     move_batch,
+    place_extra_models,
     resolve_device,
 )
 from tfam.training.init_weights import load_init_weights
@@ -174,6 +175,8 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
         if config.compile:
             check_compile_available(self.device)
             self.train_model = torch.compile(self.train_model)
+        # The task's extra models (a teacher): placed, frozen; not wrapped, not checkpointed.
+        self.extra_models = place_extra_models(self.task, model, self.device)
         # The weights before any step: a refit starts again from them.
         self._initial_weights = (
             sharding.full_model_weights(model, self._sharded) if config.refit else None
