@@ -181,8 +181,8 @@ def model_config(model: nn.Module) -> Any:
 # -- the bases --------------------------------------------------------------------------------
 class BaseTask:
     """The base of tfam's tasks. A subclass sets ``name`` (registering it in :data:`TASKS`),
-    ``metrics``, ``primary_metric``, ``higher_is_better`` and ``unit``, and implements
-    ``collate``, ``count``, ``train_loss``, ``eval_sums``, ``reduce`` and ``predict``.
+    ``objective`` (its short name for ``tfam train --task``), ``metrics``, ``primary_metric``,
+    ``higher_is_better`` and ``unit``, and implements ``collate``, ``count``, ``train_loss``, ``eval_sums``, ``reduce`` and ``predict``.
 
     Defaults here: ``for_dataset`` builds the task with no arguments; ``get_batch`` is the
     dataset's ``get_batch(indices)`` fast path (a batch dict as it is, items collated), None
@@ -191,6 +191,9 @@ class BaseTask:
     """
 
     name: ClassVar[str] = ""
+    # The objective's short name on the command line (tfam train --task), where a data set
+    # allows several: "classify", "tag", "mlm", ...; "" = the name.
+    objective: ClassVar[str] = ""
     metrics: tuple[str, ...] = ("loss",)
     primary_metric = "loss"
     higher_is_better = False

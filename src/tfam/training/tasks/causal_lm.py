@@ -39,6 +39,7 @@ class CausalLM(TokenTask):
     """
 
     name = "causal-lm"
+    objective = "clm"
     primary_metric = "loss"
     higher_is_better = False
 

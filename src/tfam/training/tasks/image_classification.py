@@ -24,6 +24,7 @@ class ImageClassification(BaseTask):
     """
 
     name = "image-classification"
+    objective = "classify"
     metrics = ("loss", "acc")
     primary_metric = "acc"
     higher_is_better = True

@@ -113,6 +113,7 @@ class MaskedLM(TokenTask):
     """
 
     name = "masked-lm"
+    objective = "mlm"
     primary_metric = "loss"
     higher_is_better = False
 

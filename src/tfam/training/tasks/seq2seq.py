@@ -41,6 +41,7 @@ class Seq2Seq(TokenTask):
     """
 
     name = "seq2seq"
+    objective = "translate"
     metrics = ("loss", "acc", "exact")
     primary_metric = "loss"
     higher_is_better = False

@@ -24,6 +24,7 @@ class SequenceClassification(TokenTask):
     """
 
     name = "sequence-classification"
+    objective = "classify"
     primary_metric = "acc"
     higher_is_better = True
     unit = "sentences"

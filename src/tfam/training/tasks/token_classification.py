@@ -23,6 +23,7 @@ class TokenClassification(TokenTask):
     """
 
     name = "token-classification"
+    objective = "tag"
     primary_metric = "acc"
     higher_is_better = True
 
