@@ -40,6 +40,7 @@ __all__ = [
     "SeededItems",
     "count_token_batches",
     "dataset_lengths",
+    "epoch_index_batches",
     "load_batches",
     "pack_sorted",
     "token_batches",
@@ -117,6 +118,19 @@ def token_batches(
     counts = torch.tensor([sizes[int(i)] for i in shuffle], dtype=torch.int64)
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
     return order, offsets
+
+
+def epoch_index_batches(
+    permutation: Tensor, offsets: Tensor | None, batch_size: int, start: int = 0
+) -> list[Tensor]:
+    """The global batches of an epoch's plan from batch ``start`` on, as index tensors:
+    ``permutation`` cut at ``offsets`` (token batches) or every ``batch_size`` examples."""
+    if offsets is not None:
+        bounds = [(int(offsets[b]), int(offsets[b + 1])) for b in range(start, len(offsets) - 1)]
+    else:
+        n = len(permutation)
+        bounds = [(b, min(b + batch_size, n)) for b in range(start * batch_size, n, batch_size)]
+    return [permutation[lo:hi] for lo, hi in bounds]
 
 
 class SeededItems(torch.utils.data.Dataset):

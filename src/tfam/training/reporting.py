@@ -4,6 +4,12 @@ The log lines (one per epoch, the final line, the progress bar's figures), the r
 ``metrics.csv`` (:mod:`tfam.training.metrics` writes them), the choice of the best epoch, the
 run files (``train_args.json``, ``preprocess.json``, the saved model) and the
 :class:`~tfam.training.results.TrainResult`.
+
+Files written into ``out_dir`` (by rank 0): ``checkpoints/last.pt`` and ``checkpoints/prev.pt``
+(see :mod:`tfam.training.checkpoint`), ``metrics.csv`` (see :mod:`tfam.training.metrics`),
+``.tfam-train.lock`` (see :mod:`tfam.training.runlock`), and at the end ``config.json`` +
+``model.safetensors`` (``model.save_pretrained``), ``preprocess.json``, ``train_args.json``;
+callbacks may add more (``curves.png`` by :class:`tfam.training.callbacks.CurvesCallback`).
 """
 
 from __future__ import annotations

@@ -17,10 +17,8 @@ stopping (``patience``) use it, and the test split is evaluated once, at the end
 ``val_set`` the per-epoch evaluation runs on ``test_set`` (as before validation splits
 existed); the "best" it reports is then chosen on the test split and is optimistic.
 
-Refit. With ``refit=True`` (and a ``val_set``) the run above is the *selection* run; then a
-fresh model (the same initial weights, a fresh optimiser and schedule, the random streams
-seeded anew) trains on fit + val for as many epochs as the selection run made, and the test
-split is evaluated once, on it; it is the saved model (:mod:`tfam.training.refit`).
+Refit. With ``refit=True`` (and a ``val_set``) the run above chooses; then a fresh model trains
+on fit + val, and the test split scores it (:mod:`tfam.training.refit`).
 
 Exact. Every random draw of a run comes from state that the checkpoint holds, taken between two
 optimiser steps (:mod:`tfam.training.run_state`); items loaded through a DataLoader are produced
@@ -43,11 +41,7 @@ Schedules: warmup, then ``"cosine"`` (default) to ``min_lr`` or ``"inverse_sqrt"
 (:mod:`tfam.training.optim`). ``fit(resume=True)`` with a larger ``epochs`` extends a run
 (:mod:`tfam.training.run_state`).
 
-Files written into ``out_dir`` (by rank 0): ``checkpoints/last.pt`` and ``checkpoints/prev.pt``
-(see :mod:`tfam.training.checkpoint`), ``metrics.csv`` (see :mod:`tfam.training.metrics`),
-``.tfam-train.lock`` (see :mod:`tfam.training.runlock`), and at the end ``config.json`` +
-``model.safetensors`` (``model.save_pretrained``), ``preprocess.json``, ``train_args.json``;
-callbacks may add more (``curves.png`` by :class:`tfam.training.callbacks.CurvesCallback`).
+Files written into ``out_dir``: see :mod:`tfam.training.reporting`.
 
 The trainer is this loop plus one module per concern, each a mixin of :class:`Trainer`: the
 run's state and resume (:mod:`~tfam.training.run_state`), reporting (logs, metrics rows, the
@@ -74,10 +68,7 @@ from torch import Tensor, nn
 
 from tfam.training import distributed as D
 from tfam.training import sharding
-from tfam.training.batching import (
-    load_batches,
-    token_batches,
-)
+from tfam.training.batching import epoch_index_batches, load_batches, token_batches
 from tfam.training.config import TrainConfig
 from tfam.training.control import KILL_ENV, KILL_RANK_ENV, ControlMixin, Stop, kill_step
 from tfam.training.devices import (
@@ -137,16 +128,7 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
         self.config = config = config or TrainConfig()
         if len(train_set) == 0:
             raise ValueError("train_set is empty: nothing to train on")
-        if config.patience is not None and val_set is None:
-            raise ValueError(
-                f"patience={config.patience} is invalid without a validation split: early "
-                "stopping on the test split would make the test result optimistic; pass val_set"
-            )
-        if config.refit and val_set is None:
-            raise ValueError(
-                "refit=True is invalid without a validation split: the refit trains on fit + "
-                "val once validation has chosen the run; pass val_set (or refit=False)"
-            )
+        config.check_splits(has_val=val_set is not None)
         self.task: Task = task if task is not None else ImageClassification()
         self.model = model
         self.train_set = train_set
@@ -385,16 +367,13 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
         return self._finish(stopped_early=stopped or self.stopped_early)
 
     def _epoch_batches(self) -> Iterator[Batch]:
-        cfg = self.config
+        """The rest of the epoch's batches (this process's share of each), from its plan."""
         assert self.permutation is not None
-        offsets = self.batch_offsets
-        indices = []
-        for b in range(self.batch_in_epoch, self.steps_per_epoch):
-            if offsets is not None:
-                idx = self.permutation[int(offsets[b]) : int(offsets[b + 1])]
-            else:
-                idx = self.permutation[b * cfg.batch_size : (b + 1) * cfg.batch_size]
-            indices.append(D.shard(idx, self.dist))
+        plan = epoch_index_batches(
+            self.permutation, self.batch_offsets, self.config.batch_size, self.batch_in_epoch
+        )
+        plan = plan[: self.steps_per_epoch - self.batch_in_epoch]
+        indices = [D.shard(idx, self.dist) for idx in plan]
         return self._batches(self.train_set, indices, epoch=self.epoch)
 
     def _train_epoch(self) -> None:
