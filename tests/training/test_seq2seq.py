@@ -139,7 +139,7 @@ def test_exact_match_counts_whole_sequences() -> None:
     task = Seq2Seq(pad_id=PAD)
     labels = torch.tensor([[5, 2, IGNORE_INDEX], [7, 8, 2], [4, 2, IGNORE_INDEX]])
     logits = F.one_hot(torch.tensor([[5, 2, 9], [7, 9, 2], [4, 2, 3]]), VOCAB).float()
-    sums = task._sums(logits, labels, torch.tensor(0.0))
+    sums = task.sums(logits, labels, torch.tensor(0.0))
     assert float(sums["exact"]) == 2.0 and float(sums["seqs"]) == 3.0  # row 1 has a wrong token
     assert float(sums["correct"]) == 6.0 and float(sums["count"]) == 7.0
     m = task.reduce({k: float(v) for k, v in sums.items()})

@@ -84,7 +84,8 @@ def _recipes_text() -> str:
         opts += [f"--pad {pad}", "--flip" if flip else "--no-flip"]
         if recipe.threads is not None:
             opts.append(f"--threads {recipe.threads}")
-        lines.append(f"  {name}:")
+        tasks = ", ".join(_objective(t) for t in entry.tasks)
+        lines.append(f"  {name} (--task {tasks}):")
         line = "   "
         for opt in opts:
             if len(line) + len(opt) > 92:
@@ -109,8 +110,9 @@ EPILOG_HEAD = """examples:
   tfam train bert --task sentiment --init minilm_l6             fine-tune the packaged MiniLM
   tfam train bert --task pos --init minilm_l6 --out runs/pos    a tagger: one tag per word
   tfam train gpt --data kjv --max-minutes 5                     a character-level GPT on the KJV
-      (--task is another spelling of --data; a text run also gets tokenizer.json and, for
-      classes, labels.json, which tfam predict, eval, generate and embed read)
+      (--task NAME without --data, where NAME is a data set, is --data NAME; a text run also
+      gets tokenizer.json and, for classes, labels.json, which tfam predict, eval, generate
+      and embed read)
 
 defaults per dataset (any option given on the command line wins):
 """
@@ -175,8 +177,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--task",
         default=None,
         metavar="NAME",
-        help="another spelling of --data for text tasks: tfam train bert --task sentiment "
-        "(give one of --data and --task)",
+        help="the objective, where the data allows several (classify, tag, mlm, clm, "
+        "translate; default: the data set's first, see below); without --data, a data set "
+        "name: tfam train bert --task sentiment is --data sentiment",
     )
     p.add_argument(
         "--data-root", metavar="DIR", default=None, help="where to look first for dataset files"
@@ -248,10 +251,54 @@ def parse_override(text: str) -> tuple[str, Any]:
     return parse_set(text)
 
 
-def _check_family(family: str, entry: Any) -> None:
-    valid = _trainable_families(entry.task)
+def _check_family(family: str, task: str) -> None:
+    valid = _trainable_families(task)
     if family not in valid:
         raise ValueError(f"MODEL {family!r} is invalid: expected one of {', '.join(valid)}")
+
+
+def _objective(task: str) -> str:
+    """The short name of a task (a TASKS name) for --task: its class's ``objective``."""
+    from tfam.training.tasks import TASKS
+
+    cls = TASKS.get(task)
+    return (cls.objective or cls.name) if cls is not None else task
+
+
+def _data_spec(args: argparse.Namespace) -> tuple[str, str | None]:
+    """(--data, --task) as given -> (the data to learn from, the objective asked or None).
+    Today's spelling ``--task sentiment`` (a data set name, no --data) is --data sentiment."""
+    from tfam.data import get_dataset, list_datasets
+
+    if args.data is not None:
+        return args.data, args.task
+    if args.task is not None:
+        try:
+            get_dataset(args.task)
+        except ValueError:
+            raise ValueError(
+                f"--task {args.task!r} needs --data: the data set to learn from "
+                f"({', '.join(list_datasets())}, or an image folder); --task names the "
+                "objective where the data allows several"
+            ) from None
+        return args.task, None
+    raise ValueError(
+        "--data is required: a data set to learn from "
+        f"({', '.join(list_datasets())}), or an image folder (one sub-folder per class)"
+    )
+
+
+def _task_name(asked: str | None, entry: Any, saved: dict[str, Any] | None) -> str:
+    """The run's task (a TASKS name): --task (an objective the data allows, by its short or
+    full name), else the resumed run's, else the data set's default (``entry.task``)."""
+    if asked is None:
+        return str((saved or {}).get("task") or entry.task)
+    for task in entry.tasks:
+        if asked in (task, _objective(task)):
+            return task
+    shown = entry.name if not entry.is_folder else entry.info.name
+    valid = ", ".join(_objective(t) for t in entry.tasks)
+    raise ValueError(f"--task {asked!r} is invalid for --data {shown}: expected one of {valid}")
 
 
 def _resolve_data(spec: str) -> Any:
@@ -328,11 +375,12 @@ def _preset(settings: dict[str, Any], family: str, entry: Any) -> str:
     return family
 
 
-def _model_values(settings: dict[str, Any], entry: Any, preset: str) -> dict[str, Any]:
-    """Config fields for create_model: the recipe's extras, the data's facts, then --set."""
-    from tfam.data import TASK_FACTS
+def _model_values(settings: dict[str, Any], entry: Any, preset: str, task: str) -> dict[str, Any]:
+    """Config fields for create_model: the recipe's extras, the data's facts for the task,
+    then --set."""
+    from tfam.data import task_facts
 
-    facts = {k: getattr(entry.info, k) for k in TASK_FACTS[entry.task]}
+    facts = task_facts(entry, task)
     overrides = settings["overrides"]
     for key, fact in facts.items():
         if key in overrides and overrides[key] not in (fact, [fact, fact], (fact, fact)):
@@ -415,15 +463,15 @@ _ITEM_NOUNS = {
 }
 
 
-def _items(entry: Any, dataset: Any, task: Any) -> str:
+def _items(dataset: Any, task: Any) -> str:
     """The noun after the split sizes of the summary line."""
-    if entry.task == "causal-lm":
+    if task.name == "causal-lm":
         context = getattr(dataset, "context", None)
         return f"windows of {context} {task.unit}" if context else "windows"
-    return _ITEM_NOUNS.get(entry.task, task.unit)
+    return _ITEM_NOUNS.get(task.name, task.unit)
 
 
-def _init_notes(init: str, entry: Any) -> list[str]:
+def _init_notes(init: str, entry: Any, task: str) -> list[str]:
     """What --init DIR was trained for when it differs from this run's task or dataset: its
     encoder is reused, its head is not (the trainer's own lines list the tensors)."""
     from tfam.runs import read_config, run_task
@@ -435,13 +483,13 @@ def _init_notes(init: str, entry: Any) -> list[str]:
         theirs = run_task(path, read_config(path))
     except (OSError, ValueError):
         return []
-    if theirs.task and theirs.task != entry.task:
+    if theirs.task and theirs.task != task:
         return [
-            f"init: {init} was trained for {theirs}; this run trains {entry.task} on "
-            f"{entry.name}: its body (embeddings and blocks) is reused, and the {entry.task} "
+            f"init: {init} was trained for {theirs}; this run trains {task} on "
+            f"{entry.name}: its body (embeddings and blocks) is reused, and the {task} "
             "head starts fresh"
         ]
-    if theirs.data and theirs.data != entry.name and theirs.task == entry.task:
+    if theirs.data and theirs.data != entry.name and theirs.task == task:
         return [
             f"init: {init} was trained on {theirs.data}; this run trains on {entry.name}: a "
             "head of the same shape is copied, but its classes are those of "
@@ -481,17 +529,8 @@ def run(args: argparse.Namespace) -> int:
             argv = list(getattr(args, "argv", None) or sys.argv[1:])
             return launch(args.nproc, _strip_nproc(argv))
 
-    if (args.data is None) == (args.task is None):
-        raise ValueError(
-            "give exactly one of --data NAME and --task NAME (the same option: --task reads "
-            "better for text tasks, e.g. tfam train bert --task sentiment)"
-            if args.data is None
-            else f"--data {args.data!r} and --task {args.task!r} are the same option: give one"
-        )
-    if args.data is None:
-        args.data = args.task
-    entry = _resolve_data(args.data)
-    _check_family(args.family, entry)
+    data, asked = _data_spec(args)
+    entry = _resolve_data(data)
     default_out = Path(entry.name).name if entry.is_folder else entry.name
     out = Path(args.out) if args.out else Path("runs") / default_out
     args.out = str(out)
@@ -509,6 +548,14 @@ def run(args: argparse.Namespace) -> int:
                     f"cannot resume: {out} holds a {key}={saved[key]!r} run, this command asks "
                     f"for {key}={given!r}"
                 )
+    task_name = _task_name(asked, entry, saved)
+    if saved is not None and (saved.get("task") or entry.task) != task_name:
+        theirs = _objective(saved.get("task") or entry.task)
+        raise ValueError(
+            f"cannot resume: {out} holds a --task {theirs} run, this command asks for "
+            f"--task {_objective(task_name)}"
+        )
+    _check_family(args.family, task_name)
     settings = _settings(args, saved, entry)
     values, sources = _train_values(args, saved, entry)
     options = {f.name: field_option(f.name) for f in dataclasses.fields(_train_config_class())}
@@ -522,7 +569,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(check_threads(settings["threads"]))
 
     preset = _preset(settings, args.family, entry)
-    model_values = _model_values(settings, entry, preset)
+    model_values = _model_values(settings, entry, preset, task_name)
     torch.manual_seed(config.seed)  # model init; the trainer seeds the rest
     try:
         model = tfam.create_model(preset, **model_values)
@@ -534,33 +581,25 @@ def run(args: argparse.Namespace) -> int:
     train_set = entry.load(entry.train_split, **load)
     val_set = entry.load(entry.val_split, **load) if entry.val_split else None
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
-    task = task_for(entry.task, train_set)  # chosen by the catalog's task name
+    task = task_for(task_name, train_set)  # the catalog's task for the data, or --task
     tokenizer = getattr(train_set, "tokenizer", None)
     if tokenizer is not None and dist_info().is_main:
         save_tokenizer(out, tokenizer)
         classes = getattr(train_set, "classes", None)
-        if classes:
+        if classes and task_name == entry.task:  # the classes are the default task's
             from tfam.runs import write_labels
 
             # The class names of a text run's outputs, for predict and eval (an image run
             # keeps its classes in preprocess.json).
             write_labels(out, entry.task, entry.name, list(classes))
     if config.init is not None and not config.quiet and dist_info().is_main:
-        for line in _init_notes(config.init, entry):
+        for line in _init_notes(config.init, entry, task_name):
             print(line, flush=True)
 
-    hint = shlex.join(
-        [
-            "tfam",
-            "train",
-            args.family,
-            "--task" if args.task is not None else "--data",
-            args.data,
-            "--out",
-            str(out),
-            "--resume",
-        ]
-    )
+    spelled = ["--task" if args.data is None else "--data", data]
+    if args.data is not None and asked is not None:
+        spelled += ["--task", asked]
+    hint = shlex.join(["tfam", "train", args.family, *spelled, "--out", str(out), "--resume"])
     if not config.quiet and dist_info().is_main:  # under torchrun, rank 0 alone speaks
         params = sum(p.numel() for p in model.parameters())
         sizes = f"{len(train_set)} train"
@@ -573,7 +612,7 @@ def run(args: argparse.Namespace) -> int:
         )
         budget = f" (at most {config.max_minutes:g} min)" if config.max_minutes else ""
         print(
-            f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {_items(entry, train_set, task)}, "
+            f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {_items(train_set, task)}, "
             f"{config.epochs} epochs{budget} of {batch}, lr {config.lr:g} ({config.schedule}), "
             f"{torch.get_num_threads()} threads -> {out}",
             flush=True,
@@ -582,6 +621,8 @@ def run(args: argparse.Namespace) -> int:
         "command": "train",
         "family": args.family,
         "data": entry.name,
+        # The task when it is not the data's default (train_args.json of other runs unchanged).
+        **({"task": task_name} if task_name != entry.task else {}),
         **settings,
         "model_config": model.config.to_dict(),
         "title": f"{preset} on {Path(entry.name).name if entry.is_folder else entry.name}",

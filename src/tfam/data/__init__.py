@@ -16,6 +16,7 @@ from tfam.data.augment import BatchAugment
 from tfam.data.catalog import (
     CATALOG,
     TASK_FACTS,
+    TASK_HEADS,
     DatasetEntry,
     Recipe,
     dataset_info,
@@ -26,6 +27,7 @@ from tfam.data.catalog import (
     load_dataset,
     register_dataset,
     resolve_data,
+    task_facts,
 )
 from tfam.data.charlm import (
     KJV_TEST_BOOKS,
@@ -114,6 +116,7 @@ __all__ = [
     "QUICK_EVAL_SIZE",
     "SPLITS",
     "TASK_FACTS",
+    "TASK_HEADS",
     "TEST_BOOKS",
     "TEXT_SPLITS",
     "VAL_BOOKS",
@@ -138,6 +141,7 @@ __all__ = [
     "ImageFolder",
     "Recipe",
     "clear_cache",
+    "task_facts",
     "compute_mean_std",
     "dataset_info",
     "default_augment",

@@ -53,6 +53,7 @@ from tfam.data.treebank import TURKISH_POS_INFO, load_turkish_pos
 __all__ = [
     "CATALOG",
     "TASK_FACTS",
+    "TASK_HEADS",
     "DatasetEntry",
     "Recipe",
     "dataset_info",
@@ -63,6 +64,7 @@ __all__ = [
     "load_dataset",
     "register_dataset",
     "resolve_data",
+    "task_facts",
 ]
 
 # Per task: dataset attributes that a model's config must equal (same names as config fields).
@@ -75,6 +77,27 @@ TASK_FACTS: dict[str, tuple[str, ...]] = {
     "causal-lm": ("vocab_size",),
     "masked-lm": ("vocab_size", "pad_token_id", "head"),
 }
+
+
+# BERT's head for a task, where the task decides it (a data set's ``head`` fact is its default
+# task's).
+TASK_HEADS: dict[str, str] = {
+    "sequence-classification": "sequence",
+    "token-classification": "token",
+    "masked-lm": "mlm",
+}
+
+
+def task_facts(entry: DatasetEntry, task: str | None = None) -> dict[str, Any]:
+    """The model config fields that training ``entry`` for ``task`` (default: its default
+    task) fixes: :data:`TASK_FACTS` of the task (of the default task for a task the table does
+    not know), read from ``entry.info``, with the task's BERT head (:data:`TASK_HEADS`)."""
+    task = task or entry.task
+    names = TASK_FACTS.get(task, TASK_FACTS[entry.task])
+    facts = {k: getattr(entry.info, k) for k in names}
+    if "head" in facts and task in TASK_HEADS:
+        facts["head"] = TASK_HEADS[task]
+    return facts
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,8 @@ class DatasetEntry:
     ``splits``: every split ``load`` accepts; ``train_split`` is what a model is fitted on,
     ``val_split`` chooses the best epoch, ``test_split`` (None: none) is reported at the end.
     ``augment``: (padding, flip) of the default :class:`BatchAugment`.
+    ``task``: the default task (a ``tfam.training.TASKS`` name); ``tasks``: every task the
+    data allows, the default first (``tfam train --task`` chooses among them).
     """
 
     name: str
@@ -114,6 +139,12 @@ class DatasetEntry:
     test_split: str | None = "test"
     aliases: tuple[str, ...] = ()
     is_folder: bool = False
+    tasks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Every task the data allows, the default (``task``) first; () = just the default.
+        others = tuple(t for t in self.tasks if t != self.task)
+        object.__setattr__(self, "tasks", (self.task, *others))
 
     def load(self, split: str = "train", *, root: str | os.PathLike | None = None, seed: int = 0):  # noqa: ANN201
         """The dataset object of ``split`` (an ImageDataset, an ImageFolder, ...)."""

@@ -45,6 +45,7 @@ from tfam.training.results import TrainResult, preprocess_info
 from tfam.training.runlock import RunLock, RunLockedError
 from tfam.training.tasks import (
     TASKS,
+    BaseTask,
     CausalLM,
     ImageClassification,
     MaskedLM,
@@ -52,6 +53,7 @@ from tfam.training.tasks import (
     SequenceClassification,
     Task,
     TokenClassification,
+    TokenTask,
     mask_tokens,
     task_for,
 )
@@ -59,6 +61,7 @@ from tfam.training.trainer import Trainer, train
 
 __all__ = [
     "METRIC_COLUMNS",
+    "BaseTask",
     "Callback",
     "CausalLM",
     "CheckpointError",
@@ -79,6 +82,7 @@ __all__ = [
     "TASKS",
     "Task",
     "TokenClassification",
+    "TokenTask",
     "TrainConfig",
     "TrainResult",
     "Trainer",

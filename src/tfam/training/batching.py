@@ -20,19 +20,28 @@ every epoch has the same number of optimiser steps and the learning-rate schedul
 total in advance (:func:`count_token_batches`). The plan is two tensors, the examples in batch
 order and the batch offsets; the trainer keeps both in its checkpoint, so a resumed run takes
 the same batches.
+
+Loading a batch (:func:`load_batches`): the task's ``get_batch`` fast path, else a DataLoader
+whose items are produced under seeds derived from (seed, epoch, index) (:class:`SeededItems`),
+so worker processes need no state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = [
+    "SeededItems",
     "count_token_batches",
     "dataset_lengths",
+    "epoch_index_batches",
+    "load_batches",
     "pack_sorted",
     "token_batches",
 ]
@@ -109,3 +118,80 @@ def token_batches(
     counts = torch.tensor([sizes[int(i)] for i in shuffle], dtype=torch.int64)
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
     return order, offsets
+
+
+def epoch_index_batches(
+    permutation: Tensor, offsets: Tensor | None, batch_size: int, start: int = 0
+) -> list[Tensor]:
+    """The global batches of an epoch's plan from batch ``start`` on, as index tensors:
+    ``permutation`` cut at ``offsets`` (token batches) or every ``batch_size`` examples."""
+    if offsets is not None:
+        bounds = [(int(offsets[b]), int(offsets[b + 1])) for b in range(start, len(offsets) - 1)]
+    else:
+        n = len(permutation)
+        bounds = [(b, min(b + batch_size, n)) for b in range(start * batch_size, n, batch_size)]
+    return [permutation[lo:hi] for lo, hi in bounds]
+
+
+class SeededItems(torch.utils.data.Dataset):
+    """Makes item loading reproducible anywhere: each item is produced under RNG seeds derived
+    from (run seed, epoch, index), in a worker or in the main process (whose own RNG state is
+    left untouched), so random per-item transforms give the same result with any number of
+    workers and after a resume."""
+
+    def __init__(self, dataset: Any, seed: int, epoch: int) -> None:
+        self.dataset, self.seed, self.epoch = dataset, seed, epoch
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        s = ((self.seed * 1_000_003 + self.epoch + 7) * 2_147_483_647 + int(index)) % 2**63
+        if torch.utils.data.get_worker_info() is not None:
+            torch.manual_seed(s)
+            random.seed(s)
+            np.random.seed(s % 2**32)
+            return self.dataset[index]
+        py, npy = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s)
+            random.seed(s)
+            np.random.seed(s % 2**32)
+            try:
+                return self.dataset[index]
+            finally:
+                random.setstate(py)
+                np.random.set_state(npy)
+
+
+def load_batches(
+    task: Any,
+    dataset: Any,
+    index_batches: Sequence[Tensor],
+    *,
+    seed: int,
+    epoch: int,
+    num_workers: int,
+    pin_memory: bool,
+) -> Iterator[dict[str, Tensor]]:
+    """The batches of ``index_batches`` (CPU tensors): the task's fast path
+    (``task.get_batch``) when the dataset has one, else a DataLoader over the items
+    (:class:`SeededItems`, ``task.collate``)."""
+    if not index_batches:
+        return
+    first = task.get_batch(dataset, index_batches[0])
+    if first is not None:
+        yield first
+        for idx in index_batches[1:]:
+            batch = task.get_batch(dataset, idx)
+            assert batch is not None
+            yield batch
+        return
+    loader = torch.utils.data.DataLoader(
+        SeededItems(dataset, seed, epoch),
+        batch_sampler=[idx.tolist() for idx in index_batches],
+        collate_fn=task.collate,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+    )
+    yield from loader

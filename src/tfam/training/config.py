@@ -257,6 +257,19 @@ class TrainConfig:
         if not isinstance(self.refit, bool):
             raise ValueError(f"refit={self.refit!r} is invalid: expected True or False")
 
+    def check_splits(self, has_val: bool) -> None:
+        """Refuse settings that need a validation split when there is none."""
+        if self.patience is not None and not has_val:
+            raise ValueError(
+                f"patience={self.patience} is invalid without a validation split: early "
+                "stopping on the test split would make the test result optimistic; pass val_set"
+            )
+        if self.refit and not has_val:
+            raise ValueError(
+                "refit=True is invalid without a validation split: the refit trains on fit + "
+                "val once validation has chosen the run; pass val_set (or refit=False)"
+            )
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["betas"] = list(self.betas)

@@ -14,7 +14,7 @@ import shutil
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 __all__ = [
     "PRECISIONS",
@@ -115,6 +115,25 @@ def move_batch(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tens
         return batch
     non_blocking = device.type == "cuda"
     return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
+
+
+def place_extra_models(task: Any, model: nn.Module, device: torch.device) -> dict[str, nn.Module]:
+    """The task's extra models (``task.extra_models()``, e.g. a teacher; none when the task
+    has no such method), moved in place to ``device`` and to the float dtype of ``model`` (the
+    run's precision: its autocast covers their forwards inside the task as it does the
+    model's), in eval mode and frozen. The trainer does not wrap them in DDP/FSDP, optimise
+    them, nor save them in checkpoints."""
+    extra = getattr(task, "extra_models", None)
+    models = dict(extra()) if extra is not None else {}
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    for name, module in models.items():
+        if not isinstance(module, nn.Module):
+            raise TypeError(
+                f"extra model {name!r} of task {getattr(task, 'name', type(task).__name__)!r} "
+                f"is a {type(module).__name__}: expected a torch.nn.Module"
+            )
+        module.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    return models
 
 
 def check_compile_available(device: torch.device) -> None:

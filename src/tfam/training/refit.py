@@ -18,9 +18,9 @@ model's test score is the one reported. With ``TrainConfig(refit=True)`` the
    per-epoch evaluation (no held-out data is left); the test split is evaluated once, at the
    end, on the refit model, which is the model saved.
 
-This module holds what the trainer needs for it that is not the loop itself: the joined
-dataset and the plan of the refit (what the selection run reached, how long the refit trains),
-which the checkpoint carries so that a kill during the refit resumes in the refit, exactly.
+This module holds the refit: the joined dataset, the plan of the refit (what the selection run
+reached, how long the refit trains), which the checkpoint carries so that a kill during the
+refit resumes in the refit, exactly, and the trainer's refit phase (:class:`RefitMixin`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["PER_EXAMPLE", "JoinedSplits", "RefitPlan", "join_splits", "refit_steps"]
+import tfam.training.sharding as sharding
+from tfam.training.control import Stop
+
+__all__ = [
+    "PER_EXAMPLE",
+    "JoinedSplits",
+    "RefitMixin",
+    "RefitPlan",
+    "join_splits",
+    "refit_steps",
+]
 
 # Attributes holding one entry per example: the joined dataset holds both parts' entries, in
 # order. Every other attribute (normalisation, classes, tokenizer, pad id, name, ...) is a fact
@@ -246,3 +256,107 @@ class RefitPlan:
             steps=int(d["steps"]),
             selection_val={k: float(v) for k, v in dict(d.get("selection_val", {})).items()},
         )
+
+
+class RefitMixin:
+    """The :class:`~tfam.training.Trainer`'s refit phase: the steps it has left, when a resumed
+    run is finished, beginning the refit after the selection run and resuming one. Reads and
+    sets the trainer's ``phase``, ``refit_plan``, position and ``_initial_weights``."""
+
+    def _refit_left(self) -> int:
+        """Optimiser steps the refit has still to take (0 before it is planned)."""
+        plan = self.refit_plan
+        return 0 if plan is None else plan.steps - (self.global_step - plan.selection_steps)
+
+    def _epoch_stop(self) -> int:
+        """The step of the current epoch at which its training stops: the epoch's end, or the
+        refit's last step when that comes first."""
+        if self.phase == 2:
+            return min(self.steps_per_epoch, self.batch_in_epoch + self._refit_left())
+        return self.steps_per_epoch
+
+    def _run_finished(self) -> bool:
+        """Whether a resumed run has nothing left to do."""
+        cfg = self.config
+        if cfg.refit:
+            return self.phase == 2 and self._refit_left() <= 0
+        return self.stopped_early or (self.epoch >= cfg.epochs and self.batch_in_epoch == 0)
+
+    def _refit(self) -> None:
+        """The refit phase, begun after the selection run or resumed, trained to its end."""
+        if self.phase == 1:
+            self._begin_refit()
+        while self._refit_left() > 0:
+            self._train_epoch()
+            if self.batch_in_epoch == self.steps_per_epoch:
+                self._end_epoch()
+        every = self.config.save_every
+        if self.batch_in_epoch and not (every and self.global_step % every == 0):
+            self.save()  # it ended mid-epoch: the checkpoint that says the run is finished
+
+    def _begin_refit(self) -> None:
+        """End the selection run and set up the refit: train on fit + val, from the initial
+        weights, with a fresh optimiser and schedule and every random stream seeded as at the
+        start of a run. Ends with a checkpoint: a kill from here on resumes in the refit."""
+        cfg = self.config
+        assert self.val_set is not None and self._initial_weights is not None
+        if self.batch_in_epoch == 0 and self.history:
+            selection_val = self._final_row_metrics()
+        else:  # the selection run was cut mid-epoch: score the weights it ended with
+            result = self.evaluate_metrics()
+            if result is None:
+                raise Stop  # Ctrl-C while evaluating: the resumed run evaluates again
+            selection_val = result
+        joined = join_splits(self.selection_set, self.val_set)
+        selection_steps_per_epoch = self.steps_per_epoch
+        self._plan(joined)
+        self.refit_plan = plan = RefitPlan(
+            selection_epochs=self.epoch,
+            selection_steps_into_epoch=self.batch_in_epoch,
+            selection_steps=self.global_step,
+            selection_stopped=self.stopped_early or self.epoch < cfg.epochs,
+            examples=len(joined),
+            steps_per_epoch=self.steps_per_epoch,
+            steps=refit_steps(
+                self.epoch, self.batch_in_epoch, selection_steps_per_epoch, self.steps_per_epoch
+            ),
+            selection_val=dict(selection_val),
+        )
+        sharding.load_full_model_weights(self.model, self._initial_weights, self._sharded)
+        self._initial_weights = None
+        self.phase = 2
+        self.epoch = self.batch_in_epoch = 0
+        self.permutation = self.batch_offsets = None
+        self.sums = self._zero_sums()
+        self._seed_streams()
+        unit = "images" if self.task.unit == "images" else "examples"
+        best = self._best_row()
+        chosen = ""
+        if best is not None:
+            chosen = (
+                f" (the selection run's best val {self.task.primary_metric} "
+                f"{self._fmt_metric(self._score(best))} was at epoch {best['epoch']})"
+            )
+        self._say(
+            f"refit: training a fresh model on fit + val ({plan.examples} {unit}) for "
+            f"{plan.epochs_text} epochs ({plan.steps} steps), from the initial weights{chosen}"
+        )
+        self.save()
+
+    def _resume_refit(self, plan: RefitPlan, saved_epochs: int, source: str) -> None:
+        """Set up the refit a checkpoint is in (before its optimiser state is loaded)."""
+        if saved_epochs != self.config.epochs:
+            raise ValueError(
+                f"cannot resume from {source} with epochs={self.config.epochs}: it is in its "
+                f"refit, whose length the selection run (epochs={saved_epochs}) has set; resume "
+                f"with epochs={saved_epochs}, or start a new run"
+            )
+        assert self.val_set is not None
+        joined = join_splits(self.selection_set, self.val_set)
+        if len(joined) != plan.examples:
+            raise ValueError(
+                f"cannot resume from {source}: its refit trains on {plan.examples} examples of "
+                f"fit + val, the splits given have {len(joined)}"
+            )
+        self._plan(joined)
+        self.phase, self.refit_plan, self._initial_weights = 2, plan, None

@@ -1,0 +1,106 @@
+"""Causal language modelling: next-token prediction (tfam's GPT)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from torch import Tensor, nn
+
+from tfam.training.tasks.base import (
+    IGNORE_INDEX,
+    Batch,
+    TokenTask,
+    dataset_pad_id,
+    item_ids,
+    model_config,
+    pad_right,
+    ratio,
+)
+
+__all__ = ["CAUSAL_UNITS", "CausalLM"]
+
+CAUSAL_UNITS = ("tokens", "characters")
+
+
+class CausalLM(TokenTask):
+    """Next-token prediction: ``model(input_ids (B, L)) -> logits (B, L, V)``, where position
+    i scores token i + 1 (tfam's GPT).
+
+    Items are windows ``ids (L + 1,)``; ``collate`` makes ``{"input_ids" = ids[:-1],
+    "labels" = ids[1:]}`` (B, L). Rows of different lengths are padded on the right with
+    ``pad_id`` and their labels there are -100; right padding needs no attention mask, since a
+    causal model's real positions never look at later ones. Training loss: cross-entropy with
+    ``config.label_smoothing`` summed over predicted tokens (``count``). Metrics: ``loss`` (plain
+    cross-entropy, nats per token), ``acc`` (next-token accuracy) and, from those, ``ppl``
+    (exp(loss)) or, when ``unit="characters"`` (a character-level dataset), ``bpc`` (bits per
+    character, loss / ln 2). The primary metric is ``loss``, lower is better.
+    """
+
+    name = "causal-lm"
+    objective = "clm"
+    primary_metric = "loss"
+    higher_is_better = False
+
+    def __init__(self, pad_id: int = 0, unit: str = "tokens") -> None:
+        if unit not in CAUSAL_UNITS:
+            raise ValueError(f"unit={unit!r} is invalid: expected one of {', '.join(CAUSAL_UNITS)}")
+        self.pad_id = int(pad_id)
+        self.unit = unit
+        self.metrics = ("loss", "acc", "bpc" if unit == "characters" else "ppl")
+
+    @classmethod
+    def for_dataset(cls, dataset: Any) -> CausalLM:
+        """The task with the dataset's padding id, counting characters when the dataset says
+        so (``dataset.unit == "characters"``) or its tokenizer is a :class:`CharTokenizer`."""
+        from tfam.data.tokenizer import CharTokenizer
+
+        unit = getattr(dataset, "unit", None)
+        if unit not in CAUSAL_UNITS:
+            chars = isinstance(getattr(dataset, "tokenizer", None), CharTokenizer)
+            unit = "characters" if chars else "tokens"
+        return cls(pad_id=dataset_pad_id(dataset), unit=unit)
+
+    def collate(self, items: Sequence[Any]) -> Batch:
+        rows = [item_ids(item) for item in items]
+        short = [len(r) for r in rows if len(r) < 2]
+        if short:
+            raise ValueError(
+                f"an item has {short[0]} ids; a causal-lm item needs at least 2 (inputs ids[:-1], "
+                "labels ids[1:])"
+            )
+        ids, mask = pad_right(rows, self.pad_id)
+        labels = ids[:, 1:].masked_fill(~mask[:, 1:], IGNORE_INDEX)
+        return {"input_ids": ids[:, :-1], "labels": labels}
+
+    def units(self, batch: Batch) -> float:
+        """Throughput is counted in predicted tokens (characters for a character model)."""
+        return float(self.count(batch))
+
+    def logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        ids = batch["input_ids"]
+        context = getattr(model_config(model), "max_positions", None)
+        if context is not None and ids.shape[1] > int(context):
+            raise ValueError(
+                f"the causal-lm batch has {ids.shape[1]} input tokens per row (items of "
+                f"{ids.shape[1] + 1} ids), more than the model's context max_positions="
+                f"{int(context)}: make the dataset's context at most {int(context)} or build the "
+                f"model with max_positions >= {ids.shape[1]}"
+            )
+        mask = batch.get("attention_mask")
+        return (model(ids) if mask is None else model(ids, attention_mask=mask)).float()
+
+    def reduce(self, sums: dict[str, float]) -> dict[str, float]:
+        loss = ratio(sums, "loss")
+        out = {"loss": loss, "acc": ratio(sums, "correct")}
+        if self.unit == "characters":
+            out["bpc"] = loss / math.log(2)
+        else:
+            # exp overflows a float past ~709 nats: the perplexity is then infinite.
+            out["ppl"] = math.exp(loss) if not loss > 700 else math.inf
+        return out
+
+    def predict(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Next-token probabilities (B, L, V): row i of position t scores token t + 1."""
+        return self.logits(model, batch).softmax(dim=-1)
