@@ -27,7 +27,8 @@ class FamilyExplainer(ABC):
     - ``inputs()``: the example forward call on the meta device, (args, kwargs);
     - ``embedding_rows(ex)`` and ``head_rows(ex)``: its own steps before and after the stack;
     - ``header(name)``: the lines above the table;
-    - ``length``: the symbol of the stack's sequence length ("(N+1)").
+    - ``length``: the symbol of the stack's sequence length ("(N+1)");
+    - ``model_class``: the model class it reads (any other model is a one-line TypeError).
 
     The stack's rows come from the bricks (:func:`~tfam.explain.blocks.stack_rows`). A family
     with more than one stack (encoder-decoder) overrides :meth:`rows`.
@@ -35,8 +36,16 @@ class FamilyExplainer(ABC):
 
     length: str = "L"
     sample: ClassVar[str] = "sample"  # one element of the batch, for the totals line
+    # The model class it reads (its attributes, by name); None takes any TfamModel.
+    model_class: ClassVar[type[TfamModel] | None] = None
 
     def __init__(self, model: TfamModel, batch_size: int) -> None:
+        wanted = self.model_class
+        if wanted is not None and not isinstance(model, wanted):
+            raise TypeError(
+                f"the {wanted.config_class.family} explainer takes a {wanted.__name__}, got "
+                f"{type(model).__name__}"
+            )
         self.model, self.batch = model, batch_size
 
     @abstractmethod
