@@ -22,7 +22,6 @@ from tfam.models.bert import Bert
 @register_family("bert")
 class BertExplainer(FamilyExplainer):
     model_class = Bert
-    sample = "sequence"
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config

@@ -22,7 +22,6 @@ from tfam.models.gpt import GPT
 @register_family("gpt")
 class GPTExplainer(FamilyExplainer):
     model_class = GPT
-    sample = "sequence"
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config

@@ -25,7 +25,6 @@ from tfam.models.transformer import Transformer
 @register_family("transformer")
 class TransformerExplainer(FamilyExplainer):
     model_class = Transformer
-    sample = "source-target pair"
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config

@@ -24,7 +24,6 @@ from tfam.models.vit import ViT
 @register_family("vit")
 class ViTExplainer(FamilyExplainer):
     model_class = ViT
-    sample = "image"
 
     def __init__(self, model: TfamModel, batch_size: int) -> None:
         super().__init__(model, batch_size)
