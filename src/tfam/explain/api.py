@@ -18,6 +18,10 @@ from tfam.explain.trace import meta_copy, size_guard, trace
 from tfam.layers import TransformerStack
 from tfam.models.base import CONFIG_NAME, MODEL_CLASSES, TfamModel
 
+# One element of the batch, for the totals line ("FLOPs per sequence"), by what the model reads
+# (``TfamModel.inputs``); a family explainer may name its own in ``sample``.
+SAMPLES = {"image": "image", "tokens": "sequence", "token-pairs": "source-target pair"}
+
 
 class FamilyExplainer(ABC):
     """What a family writes to be explained (one small module in ``tfam/explain/families/``,
@@ -27,17 +31,29 @@ class FamilyExplainer(ABC):
     - ``inputs()``: the example forward call on the meta device, (args, kwargs);
     - ``embedding_rows(ex)`` and ``head_rows(ex)``: its own steps before and after the stack;
     - ``header(name)``: the lines above the table;
-    - ``length``: the symbol of the stack's sequence length ("(N+1)").
+    - ``length``: the symbol of the stack's sequence length ("(N+1)");
+    - ``model_class``: the model class it reads (any other model is a one-line TypeError);
+    - ``sample``: one element of the batch, when the model's ``inputs`` do not say it
+      (:data:`SAMPLES`).
 
     The stack's rows come from the bricks (:func:`~tfam.explain.blocks.stack_rows`). A family
     with more than one stack (encoder-decoder) overrides :meth:`rows`.
     """
 
     length: str = "L"
-    sample: ClassVar[str] = "sample"  # one element of the batch, for the totals line
+    sample: str = ""  # "" = from the model's ``inputs`` (SAMPLES), else "sample"
+    # The model class it reads (its attributes, by name); None takes any TfamModel.
+    model_class: ClassVar[type[TfamModel] | None] = None
 
     def __init__(self, model: TfamModel, batch_size: int) -> None:
+        wanted = self.model_class
+        if wanted is not None and not isinstance(model, wanted):
+            raise TypeError(
+                f"the {wanted.config_class.family} explainer takes a {wanted.__name__}, got "
+                f"{type(model).__name__}"
+            )
         self.model, self.batch = model, batch_size
+        self.sample = self.sample or SAMPLES.get(type(model).inputs, "sample")
 
     @abstractmethod
     def symbols(self) -> dict[str, int]: ...

@@ -15,6 +15,7 @@ from torch import nn
 from tfam.explain.bricks import (
     Explainer,
     attention_rows,
+    brick_symbols,
     mlp_rows,
     norm_row,
     patch_merging_rows,
@@ -149,7 +150,7 @@ def stage_stack_rows(ex: Explainer, stack: StageStack, grid: tuple[int, int]) ->
     rows: list[ExplainRow] = []
     for s, (stage, g) in enumerate(zip(stack.stages, stack.grids(grid), strict=True), start=1):
         c = stack.configs[s - 1]
-        local = {"N": g[0] * g[1], "D": c.dim, "H": c.heads, "Dh": c.head_dim, "F": c.ffn_dim}
+        local = {"N": g[0] * g[1], **brick_symbols(c)}
         if stage.spec.window is not None:
             local["Ws"] = stage.spec.window
         ex.env.update({f"{k}{s}": v for k, v in local.items()})

@@ -12,6 +12,7 @@ import math
 
 from torch import nn
 
+from tfam.config import BaseConfig
 from tfam.explain.table import FLOPS_PER_ELEMENT, ExplainRow
 from tfam.explain.trace import (
     Call,
@@ -25,6 +26,12 @@ from tfam.explain.trace import (
     numel,
     param_count,
 )
+
+
+def brick_symbols(config: BaseConfig) -> dict[str, int]:
+    """The symbols the bricks' rows are written in, valued for ``config``: D width, H heads,
+    Dh = D / H, F = ffn_dim."""
+    return {"D": config.dim, "H": config.heads, "Dh": config.head_dim, "F": config.ffn_dim}
 
 
 class Explainer:

@@ -174,6 +174,26 @@ class TfamModel(nn.Module, ABC):
         return aliases
 
     @abstractmethod
+    def forward_features(self, *inputs: Any, **options: Any) -> Any:
+        """The family's inputs -> the features its head reads; with ``return_attention=True``
+        a pair (features, :class:`AttentionWeights`)."""
+
+    @abstractmethod
+    def forward_head(self, features: Tensor) -> Tensor:
+        """The features of :meth:`forward_features` -> the family's output."""
+
+    def forward(self, *inputs: Any, **options: Any) -> Tensor | tuple[Tensor, AttentionWeights]:
+        """``forward_head(forward_features(...))``, with the arguments of the family's
+        :meth:`forward_features`; with ``return_attention=True`` also its
+        :class:`AttentionWeights`. Written once here, so every family keeps that contract; a
+        family overrides it only for a faster path to the same output (ViT's [CLS])."""
+        features = self.forward_features(*inputs, **options)
+        if isinstance(features, tuple):  # asked for the weights
+            hidden, weights = features
+            return self.forward_head(hidden), weights
+        return self.forward_head(features)
+
+    @abstractmethod
     def example_inputs(self, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
         """Random inputs of the right shape for ``forward`` (contract tests, explain, bench)."""
 

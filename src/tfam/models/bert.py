@@ -135,6 +135,9 @@ class MaskedLMHead(nn.Module):
 
 
 class Bert(TfamModel):
+    """``model(input_ids, attention_mask=None, token_type_ids=None)`` -> the head's output
+    (:meth:`forward_head`) over the hidden states (:meth:`forward_features`)."""
+
     config_class = BertConfig
     title = "BERT"
     inputs = "tokens"
@@ -217,8 +220,9 @@ class Bert(TfamModel):
         token_type_ids: Tensor | None = None,
         return_attention: bool = False,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
-        """input_ids (B, L) -> hidden states (B, L, D) [, :class:`AttentionWeights`:
-        "encoder", depth x (B, H, L, L)]."""
+        """input_ids (B, L); attention_mask (B, L), True/1 = real token; token_type_ids (B, L)
+        segments (default 0) -> hidden states (B, L, D) [, :class:`AttentionWeights`:
+        "encoder", depth x (B, H, L, L)]. ``forward`` takes the same arguments."""
         self.check_inputs(input_ids, attention_mask, token_type_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
@@ -237,7 +241,9 @@ class Bert(TfamModel):
         return self.pooler(hidden[:, 0])
 
     def forward_head(self, hidden: Tensor) -> Tensor:
-        """(B, L, D) -> the head's output (see the module docstring)."""
+        """(B, L, D) -> logits (B, L, V) for "mlm", (B, L, num_labels) for "token",
+        (B, num_labels) for "sequence", the hidden states (B, L, D) for "none" (see the module
+        docstring)."""
         head = self.config.head
         if head == "mlm":
             assert self.mlm is not None
@@ -249,27 +255,6 @@ class Bert(TfamModel):
             assert self.classifier is not None
             return self.classifier(self.head_dropout(self.pool(hidden)))
         return hidden
-
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, AttentionWeights]:
-        """input_ids (B, L); attention_mask (B, L), True/1 = real token; token_type_ids (B, L)
-        segments (default 0). -> logits (B, L, V) for "mlm", (B, L, num_labels) for "token",
-        (B, num_labels) for "sequence", hidden states (B, L, D) for "none"
-        [, :class:`AttentionWeights`: "encoder", depth x (B, H, L, L)]. The same as
-        ``forward_head(forward_features(...))``."""
-        if return_attention:
-            hidden, weights = self.forward_features(
-                input_ids, attention_mask, token_type_ids, return_attention=True
-            )
-            return self.forward_head(hidden), weights
-        hidden = self.forward_features(input_ids, attention_mask, token_type_ids)
-        assert isinstance(hidden, Tensor)
-        return self.forward_head(hidden)
 
     def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
         """Random ids (B, L <= 8) and an attention mask whose last row ends in padding."""

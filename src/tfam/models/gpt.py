@@ -188,9 +188,10 @@ class GPT(GenerationMixin, TfamModel):
         attention_mask: Tensor | None = None,
         return_attention: bool = False,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
-        """input_ids (B, L), attention_mask (B, L) -> final-normed hidden states (B, L, D)
-        (Hugging Face's ``last_hidden_state``) [, :class:`AttentionWeights`: "decoder",
-        N x (B, H, L, L)]."""
+        """input_ids (B, L), attention_mask (B, L), True/1 = real token (left padding;
+        positions start at each row's first real token) -> final-normed hidden states
+        (B, L, D) (Hugging Face's ``last_hidden_state``) [, :class:`AttentionWeights`:
+        "decoder", N x (B, H, L, L)]. ``forward`` takes the same arguments."""
         self.check_ids(input_ids)
         mask = self._check_mask(attention_mask, input_ids)
         x, weights = self._hidden(input_ids, mask, need_weights=return_attention)
@@ -199,23 +200,9 @@ class GPT(GenerationMixin, TfamModel):
         return x
 
     def forward_head(self, hidden: Tensor) -> Tensor:
-        """Final-normed hidden states (B, L, D) -> next-token logits (B, L, V)."""
+        """Final-normed hidden states (B, L, D) -> next-token logits (B, L, V): at position i,
+        the scores of token i + 1."""
         return self.lm_head(hidden)
-
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, AttentionWeights]:
-        """input_ids (B, L) -> logits (B, L, V): at position i, the scores of token i + 1.
-        ``attention_mask`` (B, L), True/1 = real token (left padding; positions start at each
-        row's first real token). With ``return_attention`` also :class:`AttentionWeights`
-        ("decoder", N x (B, H, L, L)). The same as ``forward_head(forward_features(...))``."""
-        if return_attention:
-            hidden, weights = self.forward_features(input_ids, attention_mask, True)
-            return self.forward_head(hidden), weights
-        return self.forward_head(self.forward_features(input_ids, attention_mask))
 
     # -- decoding (tfam.generation) --------------------------------------------------------
     def prepare_decoding(

@@ -121,6 +121,10 @@ class TokenEmbedding(nn.Module):
 
 
 class Transformer(GenerationMixin, TfamModel):
+    """``model(src_ids, tgt_ids, src_mask=None, tgt_mask=None)`` -> logits (B, Lt, V) of the
+    next target token (:meth:`forward_features`, then the LM head); ``model.generate(src_ids,
+    ...)`` translates (:mod:`tfam.generation`)."""
+
     config_class = TransformerConfig
     title = "Transformer"
     inputs = "token-pairs"
@@ -231,20 +235,10 @@ class Transformer(GenerationMixin, TfamModel):
         )
         return self.decoder_norm(x), weights
 
-    def decode(
-        self,
-        tgt_ids: Tensor,
-        memory: Tensor | None,
-        memory_mask: Tensor | None,
-        tgt_mask: Tensor | None = None,
-        cache: Any = None,
-        return_attention: bool = False,
-        mask_padding: bool = True,
-    ) -> tuple[Tensor, list[Any] | None]:
-        """:meth:`decode_hidden`, then the LM head: -> logits (B, Lt, V), weights."""
-        hidden, weights = self.decode_hidden(
-            tgt_ids, memory, memory_mask, tgt_mask, cache, return_attention, mask_padding
-        )
+    def decode(self, *args: Any, **kwargs: Any) -> tuple[Tensor, list[Any] | None]:
+        """:meth:`decode_hidden` (the same arguments), then the LM head: -> logits
+        (B, Lt, V), weights."""
+        hidden, weights = self.decode_hidden(*args, **kwargs)
         return self.forward_head(hidden), weights
 
     def forward_features(
@@ -256,10 +250,13 @@ class Transformer(GenerationMixin, TfamModel):
         return_attention: bool = False,
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """The features of an encoder–decoder are the decoder's: src_ids (B, Ls) are encoded,
-        tgt_ids (B, Lt) (the target shifted right) decoded over them -> decoder hidden states
-        after the final norm (B, Lt, D). Masks as in :meth:`forward`. With ``return_attention``
-        also :class:`AttentionWeights`: main "decoder" (self-attention, N x (B, H, Lt, Lt)),
-        "encoder" (N x (B, H, Ls, Ls)) and "cross" (N x (B, H, Lt, Ls))."""
+        tgt_ids (B, Lt) (the target shifted right: <bos> y1 ... ) decoded over them -> decoder
+        hidden states after the final norm (B, Lt, D). Masks (B, L), True = real token; by
+        default every id equal to ``pad_token_id`` is padding. With ``return_attention`` also
+        :class:`AttentionWeights`: main "decoder" (self-attention, N x (B, H, Lt, Lt)),
+        "encoder" (N x (B, H, Ls, Ls)) and "cross" (N x (B, H, Lt, Ls)). ``forward`` takes the
+        same arguments and gives the logits (B, Lt, V) of the next target token at each
+        position."""
         memory, memory_mask, enc_w = self.encode(src_ids, src_mask, return_attention)
         hidden, dec_w = self.decode_hidden(
             tgt_ids, memory, memory_mask, tgt_mask, None, return_attention
@@ -282,24 +279,6 @@ class Transformer(GenerationMixin, TfamModel):
         if self.config.logits_bias:
             logits = logits + self.logits_bias
         return logits
-
-    def forward(
-        self,
-        src_ids: Tensor,
-        tgt_ids: Tensor,
-        src_mask: Tensor | None = None,
-        tgt_mask: Tensor | None = None,
-        return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, AttentionWeights]:
-        """src_ids (B, Ls), tgt_ids (B, Lt) (the target shifted right: <bos> y1 ... ) ->
-        logits (B, Lt, V) of the next target token at each position. Masks (B, L), True = real
-        token; by default every id equal to ``pad_token_id`` is padding. With
-        ``return_attention`` also :class:`AttentionWeights` (see :meth:`forward_features`).
-        The same as ``forward_head(forward_features(...))``."""
-        if return_attention:
-            hidden, weights = self.forward_features(src_ids, tgt_ids, src_mask, tgt_mask, True)
-            return self.forward_head(hidden), weights
-        return self.forward_head(self.forward_features(src_ids, tgt_ids, src_mask, tgt_mask))
 
     # -- decoding (tfam.generation) --------------------------------------------------------
     def prepare_decoding(

@@ -194,13 +194,10 @@ class ViT(TfamModel):
         dropout is active: the full path draws the same dropout masks as the reference
         implementations, so a seeded run matches theirs.
         """
-        if return_attention:
-            tokens, weights = self.forward_features(x, return_attention=True)
-            return self.forward_head(tokens), weights
         c = self.config
         dropout_active = self.training and (c.dropout > 0 or c.attn_dropout > 0)
-        if c.pool != "cls" or c.depth == 0 or dropout_active:
-            return self.forward_head(self.forward_features(x))
+        if return_attention or c.pool != "cls" or c.depth == 0 or dropout_active:
+            return super().forward(x, return_attention=return_attention)
         tokens, _ = self.encoder(self.embed(x), last_queries=1)
         return self.forward_head(self.norm(tokens))
 

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from tfam.viz.figure import save_figure
+
 __all__ = ["cross_attention", "plot_alignment"]
 
 
@@ -129,8 +131,4 @@ def plot_alignment(
     if layer_name:
         head += f", {layer_name}"
     fig.suptitle(f"{head}  ·  bright = more attention", fontsize=11)
-    if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110, facecolor="white")
-    return fig
+    return save_figure(fig, out)

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tfam.viz.figure import save_figure
+
 __all__ = ["AttentionMaps", "attention_maps", "attention_rollout", "plot_attention"]
 
 
@@ -246,8 +248,4 @@ def plot_attention(
         verdict += f", true {names[label]} ({ok})"
     verdict += "  ·  bright = more attention"
     fig.suptitle(f"{headline}\n{verdict}", fontsize=11)
-    if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110, facecolor="white")
-    return fig
+    return save_figure(fig, out)

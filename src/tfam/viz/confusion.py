@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tfam.viz.figure import save_figure
+
 __all__ = ["plot_confusion"]
 
 
@@ -66,8 +68,4 @@ def plot_confusion(
     total, correct = int(counts.sum()), int(np.trace(counts))
     acc = f"accuracy {100 * correct / total:.2f}% ({correct}/{total})" if total else "no examples"
     fig.suptitle(f"{title}\n{acc}" if title else f"Confusion matrix, {acc}", fontsize=11)
-    if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110, facecolor="white")
-    return fig
+    return save_figure(fig, out)

@@ -22,6 +22,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tfam.viz.figure import save_figure
+
 __all__ = ["plot_curves", "read_metrics"]
 
 
@@ -190,8 +192,4 @@ def plot_curves(metrics_csv: str | Path, out: str | Path | None = None, title: s
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     fig.suptitle(title or f"Training curves: {Path(metrics_csv).parent.name or metrics_csv}")
-    if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110, facecolor="white")
-    return fig
+    return save_figure(fig, out)

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from tfam.config import POSITION_SCHEMES
 from tfam.layers.position import PositionScheme
+from tfam.viz.figure import save_figure
 
 __all__ = ["plot_position_similarity", "position_similarity"]
 
@@ -97,8 +98,4 @@ def plot_position_similarity(
         "each small map: one patch's similarity to every patch",
         fontsize=11,
     )
-    if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110, facecolor="white")
-    return fig
+    return save_figure(fig, out)

@@ -13,26 +13,20 @@ from typing import Any
 import torch
 
 from tfam.explain.api import FamilyExplainer, register_family
-from tfam.explain.bricks import Explainer, norm_row
+from tfam.explain.bricks import Explainer, brick_symbols, norm_row
 from tfam.explain.table import FLOPS_PER_ELEMENT, ExplainRow
 from tfam.explain.trace import is_identity, linear_flops, matmul_flops, numel
-from tfam.models.base import TfamModel
 from tfam.models.bert import Bert
 
 
 @register_family("bert")
 class BertExplainer(FamilyExplainer):
-    sample = "sequence"
-
-    def __init__(self, model: TfamModel, batch_size: int) -> None:
-        if not isinstance(model, Bert):
-            raise TypeError(f"the bert explainer takes a Bert, got {type(model).__name__}")
-        super().__init__(model, batch_size)
+    model_class = Bert
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config
-        return {"L": c.max_positions, "V": c.vocab_size, "S": c.type_vocab_size, "D": c.dim,
-                "H": c.heads, "Dh": c.head_dim, "F": c.ffn_dim, "K": c.num_labels}  # fmt: skip
+        return {"L": c.max_positions, "V": c.vocab_size, "S": c.type_vocab_size,
+                **brick_symbols(c), "K": c.num_labels}  # fmt: skip
 
     def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         c = self.model.config

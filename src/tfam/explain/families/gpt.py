@@ -13,26 +13,19 @@ from typing import Any
 import torch
 
 from tfam.explain.api import FamilyExplainer, register_family
-from tfam.explain.bricks import Explainer, norm_row
+from tfam.explain.bricks import Explainer, brick_symbols, norm_row
 from tfam.explain.table import ExplainRow
 from tfam.explain.trace import is_identity, linear_flops, numel
-from tfam.models.base import TfamModel
 from tfam.models.gpt import GPT
 
 
 @register_family("gpt")
 class GPTExplainer(FamilyExplainer):
-    sample = "sequence"
-
-    def __init__(self, model: TfamModel, batch_size: int) -> None:
-        if not isinstance(model, GPT):
-            raise TypeError(f"the gpt explainer takes a GPT, got {type(model).__name__}")
-        super().__init__(model, batch_size)
+    model_class = GPT
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config
-        return {"L": c.max_positions, "V": c.vocab_size, "D": c.dim, "H": c.heads,
-                "Dh": c.head_dim, "F": c.ffn_dim}  # fmt: skip
+        return {"L": c.max_positions, "V": c.vocab_size, **brick_symbols(c)}
 
     def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         c = self.model.config

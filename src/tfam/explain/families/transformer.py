@@ -16,20 +16,20 @@ from torch import nn
 
 from tfam.explain.api import FamilyExplainer, register_family
 from tfam.explain.blocks import stack_rows
-from tfam.explain.bricks import Explainer, norm_row
+from tfam.explain.bricks import Explainer, brick_symbols, norm_row
 from tfam.explain.table import ExplainRow
 from tfam.explain.trace import is_identity, linear_flops, numel
+from tfam.models.transformer import Transformer
 
 
 @register_family("transformer")
 class TransformerExplainer(FamilyExplainer):
-    sample = "source-target pair"
+    model_class = Transformer
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config
         n = c.max_positions
-        return {"Ls": n, "Lt": n, "V": c.vocab_size, "D": c.dim, "H": c.heads,
-                "Dh": c.head_dim, "F": c.ffn_dim}  # fmt: skip
+        return {"Ls": n, "Lt": n, "V": c.vocab_size, **brick_symbols(c)}
 
     def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         c = self.model.config

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from tfam.explain.api import FamilyExplainer, register_family
-from tfam.explain.bricks import Explainer, norm_row
+from tfam.explain.bricks import Explainer, brick_symbols, norm_row
 from tfam.explain.table import FLOPS_PER_ELEMENT, ExplainRow
 from tfam.explain.trace import is_identity, linear_flops, numel
 from tfam.models.base import TfamModel
@@ -23,11 +23,9 @@ from tfam.models.vit import ViT
 
 @register_family("vit")
 class ViTExplainer(FamilyExplainer):
-    sample = "image"
+    model_class = ViT
 
     def __init__(self, model: TfamModel, batch_size: int) -> None:
-        if not isinstance(model, ViT):
-            raise TypeError(f"the vit explainer takes a ViT, got {type(model).__name__}")
         super().__init__(model, batch_size)
         self.prefix = model.num_prefix_tokens
         self.length = {0: "N", 1: "(N+1)"}.get(self.prefix, f"(N+{self.prefix})")
@@ -41,10 +39,7 @@ class ViTExplainer(FamilyExplainer):
             "P_h": c.patch_size[0],
             "P_w": c.patch_size[1],
             "N": c.num_patches,
-            "D": c.dim,
-            "H": c.heads,
-            "Dh": c.head_dim,
-            "F": c.ffn_dim,
+            **brick_symbols(c),
             "K": c.num_classes,
             "R": c.representation_size or 0,
         }
