@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tfam.training import TASKS, ImageClassification, TrainConfig, Trainer, read_checkpoint
-from tfam.training.tasks import BaseTask, Task, TokenTask, task_for
+from tfam.training.tasks import BaseTask, CrossEntropyTask, Task, TokenTask, task_for
 
 BUILT_IN = {
     "image-classification",
@@ -101,11 +101,15 @@ def test_built_in_tasks_are_registered_by_name() -> None:
     assert set(TASKS) >= BUILT_IN
     for name in BUILT_IN:
         assert TASKS[name].name == name and issubclass(TASKS[name], BaseTask)
-    # The token tasks share one base: loss, sums, reduce and predict are written once.
+    # The token tasks share one base: loss, sums, reduce and predict are written once; image
+    # classification shares its cross-entropy part.
     token = {"sequence-classification", "token-classification", "causal-lm", "masked-lm"}
     for name in token | {"seq2seq"}:
         assert issubclass(TASKS[name], TokenTask)
         assert "train_loss" not in vars(TASKS[name]), name
+    for name in token | {"image-classification"}:
+        assert issubclass(TASKS[name], CrossEntropyTask)
+        assert not {"train_loss", "eval_sums", "sums"} & set(vars(TASKS[name])), name
 
 
 def test_an_unknown_task_is_one_line_listing_the_names() -> None:

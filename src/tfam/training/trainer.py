@@ -59,7 +59,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +85,9 @@ from tfam.training.reporting import ReportingMixin
 from tfam.training.results import TrainResult
 from tfam.training.run_state import RunStateMixin
 from tfam.training.runlock import RunLock
-from tfam.training.tasks import Batch, ImageClassification, Task, split_batch
+from tfam.training.tasks import Augment, Batch, ImageClassification, Task, split_batch
 
 __all__ = ["KILL_ENV", "KILL_RANK_ENV", "Trainer", "train"]
-
-Augment = Callable[..., Tensor]
 
 
 class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):

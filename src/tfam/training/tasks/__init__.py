@@ -27,8 +27,9 @@ The contract (see :class:`Task`):
   puts them on the run's device and precision in eval mode, never wraps them in DDP/FSDP and
   never saves them in checkpoints.
 
-One module per objective, each a subclass of :class:`BaseTask` (token tasks of
-:class:`TokenTask`, which writes the cross-entropy, metric sums, reduction and prediction once)
+One module per objective, each a subclass of :class:`BaseTask` (image classification and the
+token tasks of :class:`CrossEntropyTask`, which writes the cross-entropy, metric sums, reduction
+and prediction once; the token tasks through :class:`TokenTask`, its logits of ``input_ids``)
 that registers itself by its ``name`` in :data:`TASKS` (``name -> class``). Adding an objective
 is one module: subclass, set ``name``, import it once. Tasks are chosen by the dataset
 catalog's task name: ``task_for(name, dataset)`` (``TASKS[name].for_dataset(dataset)``):
@@ -45,8 +46,10 @@ from typing import Any
 from tfam.training.tasks.base import (
     IGNORE_INDEX,
     TASKS,
+    Augment,
     BaseTask,
     Batch,
+    CrossEntropyTask,
     Task,
     TokenTask,
     batch_length,
@@ -65,9 +68,11 @@ __all__ = [
     "IGNORE_INDEX",
     "MLM_PROBABILITY",
     "TASKS",
+    "Augment",
     "BaseTask",
     "Batch",
     "CausalLM",
+    "CrossEntropyTask",
     "ImageClassification",
     "MaskedLM",
     "Seq2Seq",

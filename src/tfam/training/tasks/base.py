@@ -6,10 +6,12 @@
   in :data:`TASKS` (as an attention kernel does in ``layers/kernels.py``), so a new objective is
   one module; ``for_dataset(dataset)`` builds it for a dataset (padding id and the like), and
   ``extra_models()`` names the models it needs besides the one trained (a teacher).
-- :class:`TokenTask`: cross-entropy against labels with -100 where nothing counts, for
-  ``logits (..., V)`` against ``labels (...)``: the training loss, the metric sums, their
-  reduction, evaluation and prediction, written once for sequence and token classification,
-  causal and masked language modelling and sequence to sequence.
+- :class:`CrossEntropyTask`: cross-entropy against labels with -100 where nothing counts,
+  for ``logits (..., V)`` against ``labels (...)``: the training loss, the metric sums, their
+  reduction, evaluation and prediction, written once for image classification and the token
+  tasks.
+- :class:`TokenTask`: the cross-entropy task of a model that reads ``input_ids`` (sequence and
+  token classification, causal and masked language modelling and sequence to sequence).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from torch import Tensor, nn
 __all__ = [
     "IGNORE_INDEX",
     "TASKS",
+    "Augment",
     "BaseTask",
     "Batch",
+    "CrossEntropyTask",
     "Task",
     "TokenTask",
     "batch_length",
@@ -35,6 +39,10 @@ __all__ = [
 ]
 
 Batch = dict[str, Tensor]
+# A training augmentation, as the trainer passes it to ``Task.augment``: called with a batch
+# (or, for image tasks, its images (B, C, H, W)) and the trainer's generator, it returns the
+# same kind, augmented.
+Augment = Callable[..., Any]
 IGNORE_INDEX = -100  # label of a position that no loss or metric counts (padding, sub-words)
 
 # Task name (the dataset catalog's ``task``) -> the BaseTask subclass; filled by subclassing.
@@ -58,11 +66,7 @@ class Task(Protocol):
     def count(self, batch: Batch) -> Tensor: ...
 
     def augment(
-        self,
-        batch: Batch,
-        fn: Callable[..., Tensor] | None,
-        generator: torch.Generator,
-        dataset: Any,
+        self, batch: Batch, fn: Augment | None, generator: torch.Generator, dataset: Any
     ) -> Batch: ...
 
     def train_loss(
@@ -230,32 +234,27 @@ class BaseTask:
         return float(batch_length(batch))
 
     def augment(
-        self,
-        batch: Batch,
-        fn: Callable[..., Tensor] | None,
-        generator: torch.Generator,
-        dataset: Any,
+        self, batch: Batch, fn: Augment | None, generator: torch.Generator, dataset: Any
     ) -> Batch:
         return batch if fn is None else fn(batch, generator)
 
 
-class TokenTask(BaseTask):
+class CrossEntropyTask(BaseTask):
     """Cross-entropy of ``logits (..., V)`` against ``labels (...)``, counted where the label
     is not -100: ``count`` is the counted labels; the training loss is summed over them (with
     ``config.label_smoothing``); metric sums ``loss`` (plain cross-entropy), ``correct`` (argmax
     right) and ``count``; metrics ``loss`` and ``acc``, means per counted label.
 
-    A subclass gives :meth:`logits` (default: ``model(input_ids, attention_mask=...)``) and may
-    check or complete a batch before the forward (:meth:`training_batch`,
-    :meth:`evaluation_batch`), add sums (:meth:`sums`) and metrics (:meth:`reduce`).
+    A subclass gives :meth:`logits` and may check or complete a batch before the forward
+    (:meth:`training_batch`, :meth:`evaluation_batch`), add sums (:meth:`sums`) and metrics
+    (:meth:`reduce`).
     """
 
     metrics: tuple[str, ...] = ("loss", "acc")
-    unit = "tokens"
 
     def logits(self, model: nn.Module, batch: Batch) -> Tensor:
-        """The model's float32 logits for the batch."""
-        return model(batch["input_ids"], attention_mask=batch.get("attention_mask")).float()
+        """The model's float32 logits (..., V) for the batch."""
+        raise NotImplementedError(f"{type(self).__name__}.logits")
 
     def training_batch(self, model: nn.Module, batch: Batch) -> Batch:
         """The batch a training step runs on (checks it against the model)."""
@@ -302,3 +301,14 @@ class TokenTask(BaseTask):
     def predict(self, model: nn.Module, batch: Batch) -> Tensor:
         """Probabilities (..., V) of the batch as given."""
         return self.logits(model, batch).softmax(dim=-1)
+
+
+class TokenTask(CrossEntropyTask):
+    """A :class:`CrossEntropyTask` on token ids: logits of ``model(input_ids (B, L),
+    attention_mask=(B, L))``; throughput in tokens."""
+
+    unit = "tokens"
+
+    def logits(self, model: nn.Module, batch: Batch) -> Tensor:
+        """The model's float32 logits for the batch."""
+        return model(batch["input_ids"], attention_mask=batch.get("attention_mask")).float()

@@ -4,7 +4,7 @@ masking rule (:func:`mask_tokens`)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from tfam.training.tasks.base import (
     IGNORE_INDEX,
+    Augment,
     Batch,
     TokenTask,
     dataset_attr,
@@ -25,6 +26,20 @@ __all__ = ["MLM_MASK", "MLM_PROBABILITY", "MLM_RANDOM", "MaskedLM", "mask_tokens
 
 MLM_PROBABILITY = 0.15  # BERT: the share of maskable tokens that are predicted
 MLM_MASK, MLM_RANDOM = 0.8, 0.1  # of those: -> [MASK], -> a random id; the rest stay
+
+
+def _check_masking(mask_token_id: int, vocab_size: int, probability: float) -> None:
+    """Refuse, in one line, a masking rule that cannot be drawn: vocab_size an int >= 1,
+    0 <= mask_token_id < vocab_size, probability in (0, 1]."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ValueError(f"vocab_size={vocab_size!r} is invalid: expected an int >= 1")
+    if not 0 <= int(mask_token_id) < vocab_size:
+        raise ValueError(
+            f"mask_token_id={mask_token_id!r} is invalid: expected 0 <= id < vocab_size="
+            f"{vocab_size}"
+        )
+    if not 0.0 < float(probability) <= 1.0:
+        raise ValueError(f"probability={probability!r} is invalid: expected a number in (0, 1]")
 
 
 def mask_tokens(
@@ -51,15 +66,7 @@ def mask_tokens(
     """
     if ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"ids has dtype {ids.dtype}; expected token ids of int64")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ValueError(f"vocab_size={vocab_size!r} is invalid: expected an int >= 1")
-    if not 0 <= int(mask_token_id) < vocab_size:
-        raise ValueError(
-            f"mask_token_id={mask_token_id!r} is invalid: expected 0 <= id < vocab_size="
-            f"{vocab_size}"
-        )
-    if not 0.0 < float(probability) <= 1.0:
-        raise ValueError(f"probability={probability!r} is invalid: expected a number in (0, 1]")
+    _check_masking(mask_token_id, vocab_size, probability)
     if special_mask is not None and special_mask.shape != ids.shape:
         raise ValueError(
             f"special_mask has shape {tuple(special_mask.shape)}; expected ids' "
@@ -126,15 +133,7 @@ class MaskedLM(TokenTask):
         probability: float = MLM_PROBABILITY,
         eval_seed: int = 0,
     ) -> None:
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ValueError(f"vocab_size={vocab_size!r} is invalid: expected an int >= 1")
-        if not 0 <= int(mask_token_id) < vocab_size:
-            raise ValueError(
-                f"mask_token_id={mask_token_id!r} is invalid: expected 0 <= id < vocab_size="
-                f"{vocab_size}"
-            )
-        if not 0.0 < float(probability) <= 1.0:
-            raise ValueError(f"probability={probability!r} is invalid: expected a number in (0, 1]")
+        _check_masking(mask_token_id, vocab_size, probability)
         self.mask_token_id = int(mask_token_id)
         self.vocab_size = int(vocab_size)
         self.pad_id = int(pad_id)
@@ -235,11 +234,7 @@ class MaskedLM(TokenTask):
         return (batch["labels"] != IGNORE_INDEX).sum().double()
 
     def augment(
-        self,
-        batch: Batch,
-        fn: Callable[..., Tensor] | None,
-        generator: torch.Generator,
-        dataset: Any,
+        self, batch: Batch, fn: Augment | None, generator: torch.Generator, dataset: Any
     ) -> Batch:
         if fn is not None:
             batch = fn(batch, generator)
