@@ -133,3 +133,74 @@ def test_position_trains_wires_and_saves(family, position, tmp_path):
     assert set(loaded.state_dict()) == set(model.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(loaded(*inputs), before, rtol=0, atol=0)
+
+
+def few_ids(name: str) -> dict:
+    """A small vocabulary where the preset has one (keeps these tests fast)."""
+    config = create_config(name)
+    return {"vocab_size": min(config.vocab_size, 64)} if hasattr(config, "vocab_size") else {}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_explain_total_equals_the_parameter_count(family):
+    """On a small real instance (the preset contract checks the full sizes on meta): each
+    parameter once, a tied one included, and explaining leaves the model as it was."""
+    torch.manual_seed(0)
+    model = small(family, **few_ids(smallest_preset(family)))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    table = tfam.explain(model)
+    assert table.total_params == sum(p.numel() for p in model.parameters()) > 0
+    assert all(v.device.type != "meta" for v in model.state_dict().values())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+
+
+CONVERTERS = [
+    (family, converter.model_type)
+    for family, cls in sorted(MODEL_CLASSES.items())
+    for converter in cls.converters
+    if converter.to_hf is not None
+]
+
+
+def convertible(family: str, model_type: str) -> tuple[tfam.models.TfamModel, object]:
+    """The first preset of the family (smallest first, shrunk) that the converter writes, in
+    eval mode, with its Hugging Face counterpart; refusals (one ValueError line) are skipped."""
+    converter = next(c for c in MODEL_CLASSES[family].converters if c.model_type == model_type)
+    names = [n for n in list_models() if create_config(n).family == family]
+    refusals = []
+    for name in sorted(names, key=count_parameters):
+        config = create_config(name)
+        torch.manual_seed(0)
+        model = tfam.create_model(
+            name, depth=min(config.depth, 2), dim=8 * config.heads, ffn_dim=None, **few_ids(name)
+        ).eval()
+        try:
+            return model, converter.to_hf(model)
+        except ValueError as err:
+            refusals.append(f"{name}: {err}")
+    pytest.fail(f"{family}: no preset converts to {model_type!r}: {'; '.join(refusals)}")
+
+
+def test_families_with_a_converter_are_covered():
+    assert {f for f, _ in CONVERTERS} == {
+        f for f, cls in MODEL_CLASSES.items() if any(c.to_hf for c in cls.converters)
+    }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # what HF lacks and eval never uses
+@pytest.mark.parametrize("family,model_type", CONVERTERS)
+def test_converter_round_trip(family, model_type):
+    """to_hf then from_hf gives a tfam model with equal outputs (1e-5), and the registered
+    compare agrees both ways. (A family without a converter has no case here.)"""
+    pytest.importorskip("transformers", reason="the converters need transformers")
+    converter = next(c for c in MODEL_CLASSES[family].converters if c.model_type == model_type)
+    model, hf = convertible(family, model_type)
+    hf.eval()
+    again = converter.from_hf(hf).eval()
+    assert type(again) is type(model)
+    inputs = model.example_inputs(2)
+    with torch.no_grad():
+        torch.testing.assert_close(again(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
+        assert converter.compare(model, hf) <= 1e-5
+        assert converter.compare(again, hf) <= 1e-5
