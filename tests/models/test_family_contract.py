@@ -9,6 +9,14 @@ For each family and each name in its config's ``position_names()`` (derived from
 registry and the family's declarations): a small model with that scheme runs forward and
 backward with finite gradients on every parameter, the scheme is wired as it says it acts,
 and ``save_pretrained``/``from_pretrained`` give equal outputs.
+
+For each family, on a small real instance: ``explain``'s total equals the parameter count
+(each parameter once) and leaves the model as it was; every registered kernel, switched in
+by ``set_attention``, gives ``math``'s outputs and gradients when it declares itself exact;
+and for each converter the family declares (``Family.converters``), ``to_hf`` then
+``from_hf`` gives a model with equal outputs (1e-5) that the registered ``compare`` agrees
+with. (One training step on each task a family declares is in
+``tests/training/test_task_contract.py``, beside the tiny datasets of each task.)
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import torch
 import tfam
 from tfam.config import POSITION_SCHEMES
 from tfam.layers import MultiHeadAttention, TransformerStack
+from tfam.layers.kernels import KERNELS
 from tfam.models import (
     MODEL_CLASSES,
     AttentionWeights,
@@ -204,3 +213,44 @@ def test_converter_round_trip(family, model_type):
         torch.testing.assert_close(again(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
         assert converter.compare(model, hf) <= 1e-5
         assert converter.compare(again, hf) <= 1e-5
+
+
+KERNEL_CASES = [(family, kernel) for family in FAMILIES for kernel in sorted(KERNELS)]
+
+
+def _output_and_grads(model, inputs):
+    model.zero_grad(set_to_none=True)
+    out = model(*inputs)
+    out.square().mean().backward()
+    return out.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("family,kernel", KERNEL_CASES)
+def test_every_kernel_in_every_family(family, kernel):
+    """``set_attention(kernel)`` in a real model of each family (float64): an exact kernel
+    gives ``math``'s outputs and gradients; any other runs with finite outputs; a feature the
+    kernel refuses and the family uses is one ValueError line naming the kernel."""
+    cls = KERNELS.get(kernel)
+    if cls is None:
+        pytest.skip(f"kernel {kernel!r} was registered for another test module only")
+    torch.manual_seed(0)
+    model = small(family, **few_ids(smallest_preset(family))).double().eval()
+    inputs = tuple(t.double() if t.is_floating_point() else t for t in model.example_inputs(2))
+    model.set_attention("math")
+    reference, reference_grads = _output_and_grads(model, inputs)
+    try:
+        model.set_attention(kernel)
+        out, grads = _output_and_grads(model, inputs)
+    except ValueError as err:
+        assert cls.refuses, f"{kernel} refuses nothing but raised: {err}"
+        assert "\n" not in str(err) and repr(kernel) in str(err), str(err)
+        return
+    assert model.config.attention == kernel
+    assert all(
+        m.kernel.name == kernel for m in model.modules() if isinstance(m, MultiHeadAttention)
+    )
+    assert torch.isfinite(out).all()
+    if cls.exactness == "exact":
+        torch.testing.assert_close(out, reference, rtol=1e-10, atol=1e-10)
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, reference_grads[name], rtol=1e-8, atol=1e-10)
