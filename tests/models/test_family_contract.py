@@ -9,6 +9,14 @@ For each family and each name in its config's ``position_names()`` (derived from
 registry and the family's declarations): a small model with that scheme runs forward and
 backward with finite gradients on every parameter, the scheme is wired as it says it acts,
 and ``save_pretrained``/``from_pretrained`` give equal outputs.
+
+For each family, on a small real instance: ``explain``'s total equals the parameter count
+(each parameter once) and leaves the model as it was; every registered kernel, switched in
+by ``set_attention``, gives ``math``'s outputs and gradients when it declares itself exact;
+and for each converter the family declares (``Family.converters``), ``to_hf`` then
+``from_hf`` gives a model with equal outputs (1e-5) that the registered ``compare`` agrees
+with. (One training step on each task a family declares is in
+``tests/training/test_task_contract.py``, beside the tiny datasets of each task.)
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import torch
 import tfam
 from tfam.config import POSITION_SCHEMES
 from tfam.layers import MultiHeadAttention, TransformerStack
+from tfam.layers.kernels import KERNELS
 from tfam.models import (
     MODEL_CLASSES,
     AttentionWeights,
@@ -133,3 +142,115 @@ def test_position_trains_wires_and_saves(family, position, tmp_path):
     assert set(loaded.state_dict()) == set(model.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(loaded(*inputs), before, rtol=0, atol=0)
+
+
+def few_ids(name: str) -> dict:
+    """A small vocabulary where the preset has one (keeps these tests fast)."""
+    config = create_config(name)
+    return {"vocab_size": min(config.vocab_size, 64)} if hasattr(config, "vocab_size") else {}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_explain_total_equals_the_parameter_count(family):
+    """On a small real instance (the preset contract checks the full sizes on meta): each
+    parameter once, a tied one included, and explaining leaves the model as it was."""
+    torch.manual_seed(0)
+    model = small(family, **few_ids(smallest_preset(family)))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    table = tfam.explain(model)
+    assert table.total_params == sum(p.numel() for p in model.parameters()) > 0
+    assert all(v.device.type != "meta" for v in model.state_dict().values())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+
+
+CONVERTERS = [
+    (family, converter.model_type)
+    for family, cls in sorted(MODEL_CLASSES.items())
+    for converter in cls.converters
+    if converter.to_hf is not None
+]
+
+
+def convertible(family: str, model_type: str) -> tuple[tfam.models.TfamModel, object]:
+    """The first preset of the family (smallest first, shrunk) that the converter writes, in
+    eval mode, with its Hugging Face counterpart; refusals (one ValueError line) are skipped."""
+    converter = next(c for c in MODEL_CLASSES[family].converters if c.model_type == model_type)
+    names = [n for n in list_models() if create_config(n).family == family]
+    refusals = []
+    for name in sorted(names, key=count_parameters):
+        config = create_config(name)
+        torch.manual_seed(0)
+        model = tfam.create_model(
+            name, depth=min(config.depth, 2), dim=8 * config.heads, ffn_dim=None, **few_ids(name)
+        ).eval()
+        try:
+            return model, converter.to_hf(model)
+        except ValueError as err:
+            refusals.append(f"{name}: {err}")
+    pytest.fail(f"{family}: no preset converts to {model_type!r}: {'; '.join(refusals)}")
+
+
+def test_families_with_a_converter_are_covered():
+    assert {f for f, _ in CONVERTERS} == {
+        f for f, cls in MODEL_CLASSES.items() if any(c.to_hf for c in cls.converters)
+    }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # what HF lacks and eval never uses
+@pytest.mark.parametrize("family,model_type", CONVERTERS)
+def test_converter_round_trip(family, model_type):
+    """to_hf then from_hf gives a tfam model with equal outputs (1e-5), and the registered
+    compare agrees both ways. (A family without a converter has no case here.)"""
+    pytest.importorskip("transformers", reason="the converters need transformers")
+    converter = next(c for c in MODEL_CLASSES[family].converters if c.model_type == model_type)
+    model, hf = convertible(family, model_type)
+    hf.eval()
+    again = converter.from_hf(hf).eval()
+    assert type(again) is type(model)
+    inputs = model.example_inputs(2)
+    with torch.no_grad():
+        torch.testing.assert_close(again(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
+        assert converter.compare(model, hf) <= 1e-5
+        assert converter.compare(again, hf) <= 1e-5
+
+
+KERNEL_CASES = [(family, kernel) for family in FAMILIES for kernel in sorted(KERNELS)]
+
+
+def _output_and_grads(model, inputs):
+    model.zero_grad(set_to_none=True)
+    out = model(*inputs)
+    out.square().mean().backward()
+    return out.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("family,kernel", KERNEL_CASES)
+def test_every_kernel_in_every_family(family, kernel):
+    """``set_attention(kernel)`` in a real model of each family (float64): an exact kernel
+    gives ``math``'s outputs and gradients; any other runs with finite outputs; a feature the
+    kernel refuses and the family uses is one ValueError line naming the kernel."""
+    cls = KERNELS.get(kernel)
+    if cls is None:
+        pytest.skip(f"kernel {kernel!r} was registered for another test module only")
+    torch.manual_seed(0)
+    model = small(family, **few_ids(smallest_preset(family))).double().eval()
+    inputs = tuple(t.double() if t.is_floating_point() else t for t in model.example_inputs(2))
+    model.set_attention("math")
+    reference, reference_grads = _output_and_grads(model, inputs)
+    try:
+        model.set_attention(kernel)
+        out, grads = _output_and_grads(model, inputs)
+    except ValueError as err:
+        assert cls.refuses, f"{kernel} refuses nothing but raised: {err}"
+        assert "\n" not in str(err) and repr(kernel) in str(err), str(err)
+        return
+    assert model.config.attention == kernel
+    assert all(
+        m.kernel.name == kernel for m in model.modules() if isinstance(m, MultiHeadAttention)
+    )
+    assert torch.isfinite(out).all()
+    if cls.exactness == "exact":
+        torch.testing.assert_close(out, reference, rtol=1e-10, atol=1e-10)
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, reference_grads[name], rtol=1e-8, atol=1e-10)
