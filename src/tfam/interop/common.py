@@ -57,18 +57,30 @@ def refusal(target: str) -> Callable[[str, Any, str], ValueError]:
     return refuse
 
 
-def refuse_unlike_blocks(config: Any, target: str, short: str, *, norm_first: bool) -> None:
-    """The refusals the converters share: RMSNorm (HF uses LayerNorm), blocks of the other
-    norm placement, no final norm, and gated or unknown activations; ``short`` names the HF model in the
-    reasons ("HF ViT", "GPT-2")."""
+def refuse_unlike_blocks(
+    config: Any,
+    target: str,
+    short: str,
+    *,
+    norm_first: bool,
+    final_norm: bool = True,
+    norm_eps: float | None = None,
+) -> None:
+    """The refusals the converters share: RMSNorm (HF uses LayerNorm), another LayerNorm eps
+    where the HF model fixes one (``norm_eps``), blocks of the other norm placement, a final
+    norm where the HF model has none or none where it has one, and gated or unknown
+    activations; ``short`` names the HF model in the reasons ("HF ViT", "GPT-2", "Marian")."""
     refuse = refusal(target)
     if config.norm != "layernorm":
         raise refuse("norm", config.norm, f"{short} uses LayerNorm")
+    if norm_eps is not None and config.norm_eps != norm_eps:
+        raise refuse("norm_eps", config.norm_eps, f"{short}'s LayerNorm eps is {norm_eps}")
     if config.norm_first != norm_first:
         placement = "pre-norm" if norm_first else "post-norm"
         raise refuse("norm_first", config.norm_first, f"{short} blocks are {placement}")
-    if not config.final_norm:
-        raise refuse("final_norm", config.final_norm, f"{short} always applies a final LayerNorm")
+    if config.final_norm != final_norm:
+        why = "always applies a final LayerNorm" if final_norm else "has no final LayerNorm"
+        raise refuse("final_norm", config.final_norm, f"{short} {why}")
     if config.activation not in TFAM_TO_HF_ACT:
         raise refuse(
             "activation",

@@ -321,28 +321,15 @@ def config_to_hf(model: Transformer, *, attn_implementation: str | None = None) 
     express."""
     transformers = require_transformers()
     c = model.config
-
-    def refuse(name: str, value: Any, why: str) -> ValueError:
-        return ValueError(f"{name}={value!r} cannot be converted to Hugging Face MarianMT: {why}")
-
+    target = "Hugging Face MarianMT"
+    refuse = common.refusal(target)
     if c.position != "sinusoidal":
         raise refuse("position", c.position, "Marian adds fixed sinusoids")
-    if c.norm != "layernorm":
-        raise refuse("norm", c.norm, "Marian uses LayerNorm")
-    if c.norm_eps != MARIAN_NORM_EPS:
-        raise refuse("norm_eps", c.norm_eps, f"Marian's LayerNorm eps is {MARIAN_NORM_EPS}")
-    if c.norm_first:
-        raise refuse("norm_first", c.norm_first, "Marian blocks are post-norm")
-    if c.final_norm:
-        raise refuse("final_norm", c.final_norm, "Marian has no final LayerNorm")
+    common.refuse_unlike_blocks(
+        c, target, "Marian", norm_first=False, final_norm=False, norm_eps=MARIAN_NORM_EPS
+    )
     if not c.qkv_bias:
         raise refuse("qkv_bias", c.qkv_bias, "Marian's Q, K, V projections always have biases")
-    if c.activation not in TFAM_TO_HF_ACT:
-        raise refuse(
-            "activation",
-            c.activation,
-            f"Marian's MLP is not gated; convertible: {', '.join(map(repr, TFAM_TO_HF_ACT))}",
-        )
     refuse_inexact_attention(c.attention, "Hugging Face MarianMT")
     warn_drop_path_dropped(c.drop_path, "MarianMT")
     return transformers.MarianConfig(
