@@ -10,7 +10,7 @@ A converter module (``hf_<name>.py``) imports these and registers itself with
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -157,6 +157,24 @@ def refuse_unused_weights(names: Iterable[str], family: str) -> None:
         )
 
 
+def gather_weights(
+    hf_state: Mapping[str, torch.Tensor], pairs: Iterable[tuple[Sequence[str], str]]
+) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """The tfam weights of ``pairs`` (HF names, tfam name): the named HF tensors concatenated
+    along dim 0 (Q, K, V into one fused qkv), and the HF names used; a one-line ValueError
+    naming the first HF weight missing. torch.cat copies, even one tensor: the tfam model must
+    not share storage with the HF model."""
+    state: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for hf_names, tfam_name in pairs:
+        missing = [n for n in hf_names if n not in hf_state]
+        if missing:
+            raise ValueError(f"hf_model has no weight {missing[0]!r}; cannot convert it")
+        state[tfam_name] = torch.cat([hf_state[n].detach() for n in hf_names], dim=0)
+        used.update(hf_names)
+    return state, used
+
+
 def random_images(in_channels: int, image_size: tuple[int, int]) -> torch.Tensor:
     """Two reproducible random images (B=2, C, H, W) for a conversion check."""
     g = torch.Generator().manual_seed(0)
@@ -177,6 +195,7 @@ __all__ = [
     "activation_from_hf",
     "build_hf_model",
     "encoder_fields_to_hf",
+    "gather_weights",
     "random_ids",
     "random_images",
     "refusal",

@@ -61,6 +61,7 @@ from tfam.interop.common import (  # noqa: F401  (names hf_vit.py exported befor
     activation_from_hf,
     build_hf_model,
     encoder_fields_to_hf,
+    gather_weights,
     random_images,
     refusal,
     refuse_inexact_attention,
@@ -261,16 +262,7 @@ def vit_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa
             raise ValueError(f"hf_model has a weight {key!r} that tfam does not know")
         hf_state[canonical_hf_key(rest)] = value
 
-    state: dict[str, Tensor] = {}
-    used: set[str] = set()
-    for hf_names, tfam_name in weight_pairs(config):
-        missing = [n for n in hf_names if n not in hf_state]
-        if missing:
-            raise ValueError(f"hf_model has no weight {missing[0]!r}; cannot convert it")
-        tensors = [hf_state[n].detach() for n in hf_names]
-        # Copies, never views: the tfam model must not share storage with hf_model.
-        state[tfam_name] = torch.cat(tensors, dim=0) if len(tensors) > 1 else tensors[0].clone()
-        used.update(hf_names)
+    state, used = gather_weights(hf_state, weight_pairs(config))
     refuse_unused_weights(set(hf_state) - used - _IGNORED_HF_KEYS, "ViT")
 
     # Built on the meta device: no random init to pay for (or to draw from the caller's RNG);
