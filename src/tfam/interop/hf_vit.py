@@ -220,6 +220,24 @@ def config_from_hf(
     )
 
 
+def _head_sizes(hf_model: Any, kind: str) -> dict[str, Any]:
+    """The widths of an HF ViT's heads, as config_from_hf's ``pooler_size`` (a ViTModel's
+    pooler, else None) and ``num_classes`` (a classifier's labels, else 0)."""
+    pooler_size = None
+    if kind == "model" and hf_model.pooler is not None:
+        pooler_size = hf_model.pooler.dense.out_features
+    num_classes = 0
+    if kind == "classification":
+        if isinstance(hf_model.classifier, nn.Linear):
+            num_classes = hf_model.classifier.out_features
+        elif not isinstance(hf_model.classifier, nn.Identity):
+            raise ValueError(
+                f"hf_model.classifier={type(hf_model.classifier).__name__} is invalid: "
+                "expected the nn.Linear (or nn.Identity for num_labels=0) of ViTForImageClassification"
+            )
+    return {"pooler_size": pooler_size, "num_classes": num_classes}
+
+
 def vit_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa") -> ViT:
     """A tfam ViT computing what ``hf_model`` computes, with copies of its weights.
 
@@ -234,26 +252,8 @@ def vit_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa
     names the tfam kernel. The result is in ``hf_model``'s train/eval mode, dtype and device.
     """
     kind = _hf_kind(hf_model)
-    base = hf_model.vit if kind == "classification" else hf_model
-    pooler_size = None
-    if kind == "model" and base.pooler is not None:
-        pooler_size = base.pooler.dense.out_features
-    num_classes = 0
-    if kind == "classification":
-        if isinstance(hf_model.classifier, nn.Linear):
-            num_classes = hf_model.classifier.out_features
-        elif not isinstance(hf_model.classifier, nn.Identity):
-            raise ValueError(
-                f"hf_model.classifier={type(hf_model.classifier).__name__} is invalid: "
-                "expected the nn.Linear (or nn.Identity for num_labels=0) of ViTForImageClassification"
-            )
-    config = config_from_hf(
-        hf_model.config,
-        pooler_size=pooler_size,
-        num_classes=num_classes,
-        fused_qkv=fused_qkv,
-        attention=attention,
-    )
+    heads = _head_sizes(hf_model, kind)
+    config = config_from_hf(hf_model.config, **heads, fused_qkv=fused_qkv, attention=attention)
 
     hf_state: dict[str, Tensor] = {}
     for key, value in hf_model.state_dict().items():
