@@ -79,8 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--greedy", action="store_true", help="always take the most likely token (no sampling)"
     )
-    for flag, kind, metavar, help in SAMPLING_OPTIONS:
-        p.add_argument(flag, type=kind, default=None, metavar=metavar, help=help)
+    for flag, kind, metavar, text in SAMPLING_OPTIONS:
+        p.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
     p.add_argument(
         "--num-samples",
         type=int,
