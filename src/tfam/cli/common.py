@@ -19,9 +19,11 @@ from typing import Any, Literal
 from tfam import runs
 
 __all__ = [
+    "RUN_DIR_HELP",
     "ModelSource",
     "add_batch_size_option",
     "add_command",
+    "add_texts_argument",
     "add_dataclass_options",
     "add_device_option",
     "add_image_options",
@@ -269,12 +271,44 @@ def resolve_device(spec: str) -> Any:
     return resolve(spec)
 
 
-def add_command(subparsers: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-    """A subcommand's parser (``help``, ``description``, ``epilog`` as given), its epilog's
-    examples printed as written."""
-    return subparsers.add_parser(
-        name, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
+# The DIR of the commands that open any trained run (eval, predict).
+RUN_DIR_HELP = "run directory: config.json, model.safetensors, preprocess.json"
+
+
+def add_command(
+    subparsers: Any,
+    name: str,
+    help: str,
+    description: str,
+    epilog: str,
+    *,
+    run_dir: str | None = None,
+) -> argparse.ArgumentParser:
+    """A subcommand's parser: its one-line ``help`` in the command list, its ``description``
+    and its ``epilog``, whose examples print as written; with ``run_dir`` (that argument's
+    help), the positional DIR of a command that opens a run directory (``args.dir``)."""
+    parser = subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    if run_dir is not None:
+        parser.add_argument("dir", metavar="DIR", help=run_dir)
+    return parser
+
+
+def add_texts_argument(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The positional TEXT... of a command that reads sentences with :func:`read_texts`
+    (``args.texts``); the words after the options are taken too (``trailing``)."""
+    parser.add_argument(
+        "texts",
+        metavar="TEXT",
+        nargs="*",
+        help=f"sentences to {verb}; none or '-': read one sentence per line from stdin",
+    )
+    parser.set_defaults(trailing="texts")
 
 
 def add_batch_size_option(parser: argparse.ArgumentParser, default: int, per: str) -> None:

@@ -9,7 +9,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tfam.cli.common import add_batch_size_option, add_command, add_device_option, device_from
+from tfam.cli.common import (
+    add_batch_size_option,
+    add_command,
+    add_device_option,
+    add_texts_argument,
+    device_from,
+)
 
 EPILOG = """examples:
   tfam embed minilm_l6 "A fine film." "A dull film."        one line of 384 numbers per sentence
@@ -31,27 +37,18 @@ json prints one JSON object: {"model", "dim", "normalized", "sentences", "embedd
 the numbers in full float32 precision.
 """
 
+HELP = "mean-pooled sentence embeddings of a BERT (e.g. minilm_l6)"
+DESCRIPTION = "Print the sentence embedding (mean-pooled last hidden states) of each sentence."
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_command(
-        subparsers,
-        "embed",
-        help="mean-pooled sentence embeddings of a BERT (e.g. minilm_l6)",
-        description="Print the sentence embedding (mean-pooled last hidden states) of each "
-        "sentence.",
-        epilog=EPILOG,
-    )
+    p = add_command(subparsers, "embed", HELP, DESCRIPTION, EPILOG)
     p.add_argument(
         "model",
         metavar="DIR_OR_PRESET",
         help="minilm_l6 (pretrained), a BERT run directory or a Hugging Face BERT directory",
     )
-    p.add_argument(
-        "texts",
-        metavar="TEXT",
-        nargs="*",
-        help="sentences to embed; none or '-': read one sentence per line from stdin",
-    )
+    add_texts_argument(p, "embed")
     p.add_argument(
         "--normalize", action="store_true", help="scale each embedding to unit L2 length"
     )
@@ -63,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_batch_size_option(p, 64, "forward pass")
     add_device_option(p)
-    p.set_defaults(func=run, trailing="texts")
+    p.set_defaults(func=run)
 
 
 def _batch_ids(tokenizer: Any, texts: Sequence[str]) -> tuple[Any, Any]:

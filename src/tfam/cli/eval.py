@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tfam.cli.common import add_command, add_device_option, device_from, resolve_model
+from tfam.cli.common import (
+    RUN_DIR_HELP,
+    add_command,
+    add_device_option,
+    device_from,
+    resolve_model,
+)
 from tfam.cli.text import add_decoding_options
 from tfam.runs import run_is_seq2seq
 
@@ -41,20 +47,13 @@ over words (tagging: each word's tag sits on its first piece), or over predicted
 dataset). --data must be a dataset of the same task. The numbers go to DIR/eval.json.
 """
 
+HELP = "accuracy, per-class table and confusion matrix of a trained model"
+DESCRIPTION = "Evaluate a trained model (a run directory of `tfam train`) on a dataset split."
 EXAMPLES_SHOWN = 5
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_command(
-        subparsers,
-        "eval",
-        help="accuracy, per-class table and confusion matrix of a trained model",
-        description="Evaluate a trained model (a run directory of `tfam train`) on a dataset split.",
-        epilog=EPILOG,
-    )
-    p.add_argument(
-        "dir", metavar="DIR", help="run directory: config.json, model.safetensors, preprocess.json"
-    )
+    p = add_command(subparsers, "eval", HELP, DESCRIPTION, EPILOG, run_dir=RUN_DIR_HELP)
     p.add_argument(
         "--data",
         metavar="NAME",

@@ -18,6 +18,7 @@ from tfam.cli.common import (
 
 __all__ = ["overrides_from_args", "parse_pair", "parse_value", "register", "run"]
 
+HELP = "step-by-step shapes, parameters and FLOPs of a model"
 DESCRIPTION = """\
 Step-by-step table of a model, in the order of the ViT description: patching, linear
 projection, + [CLS], + position, then per block LN, MHSA (Q/K/V, scores, softmax, weighted
@@ -49,13 +50,7 @@ def _model_config_classes() -> list[type]:
 
 
 def register(subparsers: Any) -> None:
-    p = add_command(
-        subparsers,
-        "explain",
-        help="step-by-step shapes, parameters and FLOPs of a model",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-    )
+    p = add_command(subparsers, "explain", HELP, DESCRIPTION, EPILOG)
     p.add_argument("name", metavar="NAME", help="preset, family or model directory")
     p.add_argument(
         "--set",

@@ -35,20 +35,31 @@ and the generated tokens together fit in the context (max_positions); a longer p
 error that says the limit.
 """
 
+HELP = "continue a prompt with a GPT run (sampling, greedy, top-k, top-p)"
+DESCRIPTION = "Generate text with a decoder-only language model (a GPT run directory)."
+
+# The sampling options (flag, type, metavar, help); unset (None) means "not used".
+SAMPLING_OPTIONS = (
+    (
+        "--temperature",
+        float,
+        "T",
+        "divide the scores by T before sampling: < 1 sharper, > 1 flatter (default: 1)",
+    ),
+    ("--top-k", int, "K", "sample among the K most likely tokens"),
+    (
+        "--top-p",
+        float,
+        "P",
+        "sample among the smallest set of tokens whose probability reaches P, in (0, 1]",
+    ),
+    ("--seed", int, "S", "random seed of the sampling"),
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_command(
-        subparsers,
-        "generate",
-        help="continue a prompt with a GPT run (sampling, greedy, top-k, top-p)",
-        description="Generate text with a decoder-only language model (a GPT run directory).",
-        epilog=EPILOG,
-    )
-    p.add_argument(
-        "dir",
-        metavar="DIR",
-        help="GPT run directory: config.json, model.safetensors, tokenizer.json",
-    )
+    run_dir = "GPT run directory: config.json, model.safetensors, tokenizer.json"
+    p = add_command(subparsers, "generate", HELP, DESCRIPTION, EPILOG, run_dir=run_dir)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", metavar="TEXT", default=None, help="text to continue")
     src.add_argument(
@@ -68,26 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--greedy", action="store_true", help="always take the most likely token (no sampling)"
     )
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=None,
-        metavar="T",
-        help="divide the scores by T before sampling: < 1 sharper, > 1 flatter (default: 1)",
-    )
-    p.add_argument(
-        "--top-k", type=int, default=None, metavar="K", help="sample among the K most likely tokens"
-    )
-    p.add_argument(
-        "--top-p",
-        type=float,
-        default=None,
-        metavar="P",
-        help="sample among the smallest set of tokens whose probability reaches P, in (0, 1]",
-    )
-    p.add_argument(
-        "--seed", type=int, default=None, metavar="S", help="random seed of the sampling"
-    )
+    for flag, kind, metavar, text in SAMPLING_OPTIONS:
+        p.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
     p.add_argument(
         "--num-samples",
         type=int,

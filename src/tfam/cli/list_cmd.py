@@ -9,6 +9,7 @@ from typing import Any
 
 from tfam.cli.common import add_command
 
+HELP = "registered presets with their sizes"
 DESCRIPTION = """\
 The registered presets: family, exact parameter count (computed on the meta device, so no
 weights are allocated), image size, patch size, number of patches N, width D, depth, heads,
@@ -25,13 +26,7 @@ examples:
 
 
 def register(subparsers: Any) -> None:
-    p = add_command(
-        subparsers,
-        "list",
-        help="registered presets with their sizes",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-    )
+    p = add_command(subparsers, "list", HELP, DESCRIPTION, EPILOG)
     p.add_argument("pattern", nargs="?", default="*", metavar="PATTERN", help="default: all")
     p.add_argument("--json", action="store_true", help="print the presets as JSON")
     p.set_defaults(func=run)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tfam.cli.common import (
+    RUN_DIR_HELP,
     add_command,
     add_device_option,
     add_image_options,
@@ -37,19 +38,15 @@ For digits-like data (one channel, light on dark), an image with a bright border
 paper) is inverted and its contrast stretched; --invert yes|no and --no-stretch override.
 """
 
+HELP = "top-k classes of images or sentences, tags of words, translations"
+DESCRIPTION = (
+    "Classify image files (PNG, JPEG, ... via Pillow) or sentences, tag words, or translate "
+    "sentences with a trained model."
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_command(
-        subparsers,
-        "predict",
-        help="top-k classes of images or sentences, tags of words, translations",
-        description="Classify image files (PNG, JPEG, ... via Pillow) or sentences, tag words, "
-        "or translate sentences with a trained model.",
-        epilog=EPILOG,
-    )
-    p.add_argument(
-        "dir", metavar="DIR", help="run directory: config.json, model.safetensors, preprocess.json"
-    )
+    p = add_command(subparsers, "predict", HELP, DESCRIPTION, EPILOG, run_dir=RUN_DIR_HELP)
     p.add_argument(
         "images",
         metavar="IMAGE",

@@ -12,6 +12,7 @@ from tfam.cli.common import (
     add_batch_size_option,
     add_command,
     add_device_option,
+    add_texts_argument,
     device_from,
     read_texts,
 )
@@ -33,31 +34,21 @@ model's positions). A sentence longer than the model's positions is an error unl
 --truncate is given.
 """
 
+HELP = "translate sentences (arguments or stdin) with a seq2seq run"
+DESCRIPTION = (
+    "Translate text with an encoder–decoder run: tokenize, beam search, decode; one output line "
+    "per input sentence."
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_command(
-        subparsers,
-        "translate",
-        help="translate sentences (arguments or stdin) with a seq2seq run",
-        description=(
-            "Translate text with an encoder–decoder run: tokenize, beam search, decode; one "
-            "output line per input sentence."
-        ),
-        epilog=EPILOG,
-    )
-    p.add_argument(
-        "dir", metavar="DIR", help="run directory: config.json, model.safetensors, tokenizer.json"
-    )
-    p.add_argument(
-        "texts",
-        metavar="TEXT",
-        nargs="*",
-        help="sentences to translate; none or '-': read one sentence per line from stdin",
-    )
+    run_dir = "run directory: config.json, model.safetensors, tokenizer.json"
+    p = add_command(subparsers, "translate", HELP, DESCRIPTION, EPILOG, run_dir=run_dir)
+    add_texts_argument(p, "translate")
     add_decoding_options(p)
     add_batch_size_option(p, 32, "generate call")
     add_device_option(p)
-    p.set_defaults(func=run, trailing="texts")
+    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -56,42 +56,42 @@ Loss and accuracy per epoch (train and test) and the learning rate, from DIR/met
 """
 
 
-def _dir_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", metavar="DIR", help="run directory written by `tfam train`")
+def _add_picture(
+    sub: argparse._SubParsersAction, name: str, texts: tuple[str, str, str], out_help: str
+) -> argparse.ArgumentParser:
+    """The parser of one picture: its (help, description, epilog) ``texts``, the run directory
+    DIR it draws from and --out PNG, where it goes."""
+    p = add_command(sub, name, *texts, run_dir="run directory written by `tfam train`")
+    p.add_argument("--out", metavar="PNG", default=None, help=out_help)
+    return p
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     viz = add_command(
         subparsers,
         "viz",
-        help="attention maps, position-embedding similarity, training curves (PNG)",
-        description="Draw pictures of a trained model as PNG files.",
-        epilog=EPILOG,
+        "attention maps, position-embedding similarity, training curves (PNG)",
+        "Draw pictures of a trained model as PNG files.",
+        EPILOG,
     )
     viz.set_defaults(func=lambda args: _usage(viz))
     sub = viz.add_subparsers(title="pictures", metavar="WHAT")
 
-    p = add_command(
-        sub,
-        "attention",
-        help="per-head [CLS] attention and rollout over an image, or a seq2seq run's "
-        "cross-attention alignment for a sentence",
-        description="Per-head attention of the [CLS] token and attention rollout over an image; "
-        "for a seq2seq run, the cross-attention alignment (target x source tokens) of a sentence.",
-        epilog=ATTENTION_EPILOG,
+    attention = (
+        "per-head [CLS] attention and rollout over an image, or a seq2seq run's cross-attention "
+        "alignment for a sentence",
+        "Per-head attention of the [CLS] token and attention rollout over an image; for a "
+        "seq2seq run, the cross-attention alignment (target x source tokens) of a sentence.",
+        ATTENTION_EPILOG,
     )
-    _dir_arg(p)
+    p = _add_picture(
+        sub, "attention", attention, "default: DIR/attention.png (seq2seq runs: DIR/alignment.png)"
+    )
     p.add_argument(
         "image",
         metavar="INPUT",
         help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset; for a "
         "seq2seq run, a sentence",
-    )
-    p.add_argument(
-        "--out",
-        metavar="PNG",
-        default=None,
-        help="default: DIR/attention.png (seq2seq runs: DIR/alignment.png)",
     )
     p.add_argument(
         "--layer",
@@ -115,28 +115,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_device_option(p)
     p.set_defaults(func=run_attention)
 
-    p = add_command(
-        sub,
-        "pos",
-        help="cosine similarity of position embeddings (ViT paper, figure 7)",
-        description="Cosine similarity of the position embeddings, patch by patch.",
-        epilog=POS_EPILOG,
+    pos = (
+        "cosine similarity of position embeddings (ViT paper, figure 7)",
+        "Cosine similarity of the position embeddings, patch by patch.",
+        POS_EPILOG,
     )
-    _dir_arg(p)
-    p.add_argument("--out", metavar="PNG", default=None, help="default: DIR/position.png")
+    p = _add_picture(sub, "pos", pos, "default: DIR/position.png")
     add_device_option(p)
     p.set_defaults(func=run_pos)
 
-    p = add_command(
-        sub,
-        "curves",
-        help="loss and accuracy curves from DIR/metrics.csv",
-        description="Loss, accuracy and learning rate per epoch from DIR/metrics.csv.",
-        epilog=CURVES_EPILOG,
+    curves = (
+        "loss and accuracy curves from DIR/metrics.csv",
+        "Loss, accuracy and learning rate per epoch from DIR/metrics.csv.",
+        CURVES_EPILOG,
     )
-    _dir_arg(p)
-    p.add_argument("--out", metavar="PNG", default=None, help="default: DIR/curves.png")
-    p.set_defaults(func=run_curves)
+    _add_picture(sub, "curves", curves, "default: DIR/curves.png").set_defaults(func=run_curves)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

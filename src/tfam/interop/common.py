@@ -10,7 +10,7 @@ A converter module (``hf_<name>.py``) imports these and registers itself with
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -57,18 +57,30 @@ def refusal(target: str) -> Callable[[str, Any, str], ValueError]:
     return refuse
 
 
-def refuse_unlike_blocks(config: Any, target: str, short: str, *, norm_first: bool) -> None:
-    """The refusals the converters share: RMSNorm (HF uses LayerNorm), blocks of the other
-    norm placement, no final norm, and gated or unknown activations; ``short`` names the HF model in the
-    reasons ("HF ViT", "GPT-2")."""
+def refuse_unlike_blocks(
+    config: Any,
+    target: str,
+    short: str,
+    *,
+    norm_first: bool,
+    final_norm: bool = True,
+    norm_eps: float | None = None,
+) -> None:
+    """The refusals the converters share: RMSNorm (HF uses LayerNorm), another LayerNorm eps
+    where the HF model fixes one (``norm_eps``), blocks of the other norm placement, a final
+    norm where the HF model has none or none where it has one, and gated or unknown
+    activations; ``short`` names the HF model in the reasons ("HF ViT", "GPT-2", "Marian")."""
     refuse = refusal(target)
     if config.norm != "layernorm":
         raise refuse("norm", config.norm, f"{short} uses LayerNorm")
+    if norm_eps is not None and config.norm_eps != norm_eps:
+        raise refuse("norm_eps", config.norm_eps, f"{short}'s LayerNorm eps is {norm_eps}")
     if config.norm_first != norm_first:
         placement = "pre-norm" if norm_first else "post-norm"
         raise refuse("norm_first", config.norm_first, f"{short} blocks are {placement}")
-    if not config.final_norm:
-        raise refuse("final_norm", config.final_norm, f"{short} always applies a final LayerNorm")
+    if config.final_norm != final_norm:
+        why = "always applies a final LayerNorm" if final_norm else "has no final LayerNorm"
+        raise refuse("final_norm", config.final_norm, f"{short} {why}")
     if config.activation not in TFAM_TO_HF_ACT:
         raise refuse(
             "activation",
@@ -145,6 +157,24 @@ def refuse_unused_weights(names: Iterable[str], family: str) -> None:
         )
 
 
+def gather_weights(
+    hf_state: Mapping[str, torch.Tensor], pairs: Iterable[tuple[Sequence[str], str]]
+) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """The tfam weights of ``pairs`` (HF names, tfam name): the named HF tensors concatenated
+    along dim 0 (Q, K, V into one fused qkv), and the HF names used; a one-line ValueError
+    naming the first HF weight missing. torch.cat copies, even one tensor: the tfam model must
+    not share storage with the HF model."""
+    state: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for hf_names, tfam_name in pairs:
+        missing = [n for n in hf_names if n not in hf_state]
+        if missing:
+            raise ValueError(f"hf_model has no weight {missing[0]!r}; cannot convert it")
+        state[tfam_name] = torch.cat([hf_state[n].detach() for n in hf_names], dim=0)
+        used.update(hf_names)
+    return state, used
+
+
 def random_images(in_channels: int, image_size: tuple[int, int]) -> torch.Tensor:
     """Two reproducible random images (B=2, C, H, W) for a conversion check."""
     g = torch.Generator().manual_seed(0)
@@ -165,6 +195,7 @@ __all__ = [
     "activation_from_hf",
     "build_hf_model",
     "encoder_fields_to_hf",
+    "gather_weights",
     "random_ids",
     "random_images",
     "refusal",

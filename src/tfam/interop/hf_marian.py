@@ -264,34 +264,15 @@ def marian_from_hf(
             f"hf_model={type(hf_model).__name__} is invalid: expected a transformers "
             "MarianMTModel (MarianModel and MarianForCausalLM have no tfam counterpart)"
         )
-    base = hf_model.model
-    shared = base.encoder.embed_tokens.weight is base.decoder.embed_tokens.weight
-    tied = hf_model.lm_head.weight is base.decoder.embed_tokens.weight
-    config = config_from_hf(
-        hf_model.config,
-        share_embeddings=shared,
-        tie_output=tied,
-        fused_qkv=fused_qkv,
-        attention=attention,
-    )
+    sharing = _sharing(hf_model)
+    config = config_from_hf(hf_model.config, **sharing, fused_qkv=fused_qkv, attention=attention)
     hf_state = dict(hf_model.state_dict())
     _check_positions(hf_state, config)
-    state: dict[str, Tensor] = {}
-    used = set(_POSITION_KEYS) | set(_aliases(config)) | {"model.shared.weight"}
-    for hf_names, tfam_name in weight_pairs(config):
-        missing = [n for n in hf_names if n not in hf_state]
-        if missing:
-            raise ValueError(f"hf_model has no weight {missing[0]!r}; cannot convert it")
-        # torch.cat copies, even one tensor: the tfam model must not share storage with hf_model.
-        value = torch.cat([hf_state[n].detach() for n in hf_names], dim=0)
-        state[tfam_name] = value.reshape(-1) if tfam_name == "logits_bias" else value
-        used.update(hf_names)
-    left = sorted(set(hf_state) - used)
-    if left:
-        raise ValueError(
-            f"hf_model has weights tfam's Transformer cannot represent: {', '.join(left[:8])}"
-            + (" ..." if len(left) > 8 else "")
-        )
+    state, used = common.gather_weights(hf_state, weight_pairs(config))
+    if "logits_bias" in state:
+        state["logits_bias"] = state["logits_bias"].reshape(-1)  # HF's is (1, V)
+    used |= set(_POSITION_KEYS) | set(_aliases(config)) | {"model.shared.weight"}
+    common.refuse_unused_weights(set(hf_state) - used, "Transformer")
     # Built on the meta device: no random init to pay for or to draw from the caller's RNG.
     with torch.device("meta"):
         model = Transformer(config)
@@ -316,33 +297,31 @@ def marian_from_hf(
     return model.train(hf_model.training)
 
 
+def _sharing(hf_model: Any) -> dict[str, bool]:
+    """Which of a MarianMTModel's embeddings are one tensor, as config_from_hf's flags:
+    ``share_embeddings`` (encoder and decoder tokens), ``tie_output`` (decoder tokens and LM
+    head)."""
+    decoder_tokens = hf_model.model.decoder.embed_tokens.weight
+    return {
+        "share_embeddings": hf_model.model.encoder.embed_tokens.weight is decoder_tokens,
+        "tie_output": hf_model.lm_head.weight is decoder_tokens,
+    }
+
+
 def config_to_hf(model: Transformer, *, attn_implementation: str | None = None) -> Any:
     """The transformers MarianConfig for a tfam Transformer; refuses what Marian cannot
     express."""
     transformers = require_transformers()
     c = model.config
-
-    def refuse(name: str, value: Any, why: str) -> ValueError:
-        return ValueError(f"{name}={value!r} cannot be converted to Hugging Face MarianMT: {why}")
-
+    target = "Hugging Face MarianMT"
+    refuse = common.refusal(target)
     if c.position != "sinusoidal":
         raise refuse("position", c.position, "Marian adds fixed sinusoids")
-    if c.norm != "layernorm":
-        raise refuse("norm", c.norm, "Marian uses LayerNorm")
-    if c.norm_eps != MARIAN_NORM_EPS:
-        raise refuse("norm_eps", c.norm_eps, f"Marian's LayerNorm eps is {MARIAN_NORM_EPS}")
-    if c.norm_first:
-        raise refuse("norm_first", c.norm_first, "Marian blocks are post-norm")
-    if c.final_norm:
-        raise refuse("final_norm", c.final_norm, "Marian has no final LayerNorm")
+    common.refuse_unlike_blocks(
+        c, target, "Marian", norm_first=False, final_norm=False, norm_eps=MARIAN_NORM_EPS
+    )
     if not c.qkv_bias:
         raise refuse("qkv_bias", c.qkv_bias, "Marian's Q, K, V projections always have biases")
-    if c.activation not in TFAM_TO_HF_ACT:
-        raise refuse(
-            "activation",
-            c.activation,
-            f"Marian's MLP is not gated; convertible: {', '.join(map(repr, TFAM_TO_HF_ACT))}",
-        )
     refuse_inexact_attention(c.attention, "Hugging Face MarianMT")
     warn_drop_path_dropped(c.drop_path, "MarianMT")
     return transformers.MarianConfig(

@@ -61,6 +61,7 @@ from tfam.interop.common import (  # noqa: F401  (names hf_vit.py exported befor
     activation_from_hf,
     build_hf_model,
     encoder_fields_to_hf,
+    gather_weights,
     random_images,
     refusal,
     refuse_inexact_attention,
@@ -219,6 +220,24 @@ def config_from_hf(
     )
 
 
+def _head_sizes(hf_model: Any, kind: str) -> dict[str, Any]:
+    """The widths of an HF ViT's heads, as config_from_hf's ``pooler_size`` (a ViTModel's
+    pooler, else None) and ``num_classes`` (a classifier's labels, else 0)."""
+    pooler_size = None
+    if kind == "model" and hf_model.pooler is not None:
+        pooler_size = hf_model.pooler.dense.out_features
+    num_classes = 0
+    if kind == "classification":
+        if isinstance(hf_model.classifier, nn.Linear):
+            num_classes = hf_model.classifier.out_features
+        elif not isinstance(hf_model.classifier, nn.Identity):
+            raise ValueError(
+                f"hf_model.classifier={type(hf_model.classifier).__name__} is invalid: "
+                "expected the nn.Linear (or nn.Identity for num_labels=0) of ViTForImageClassification"
+            )
+    return {"pooler_size": pooler_size, "num_classes": num_classes}
+
+
 def vit_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa") -> ViT:
     """A tfam ViT computing what ``hf_model`` computes, with copies of its weights.
 
@@ -233,26 +252,8 @@ def vit_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa
     names the tfam kernel. The result is in ``hf_model``'s train/eval mode, dtype and device.
     """
     kind = _hf_kind(hf_model)
-    base = hf_model.vit if kind == "classification" else hf_model
-    pooler_size = None
-    if kind == "model" and base.pooler is not None:
-        pooler_size = base.pooler.dense.out_features
-    num_classes = 0
-    if kind == "classification":
-        if isinstance(hf_model.classifier, nn.Linear):
-            num_classes = hf_model.classifier.out_features
-        elif not isinstance(hf_model.classifier, nn.Identity):
-            raise ValueError(
-                f"hf_model.classifier={type(hf_model.classifier).__name__} is invalid: "
-                "expected the nn.Linear (or nn.Identity for num_labels=0) of ViTForImageClassification"
-            )
-    config = config_from_hf(
-        hf_model.config,
-        pooler_size=pooler_size,
-        num_classes=num_classes,
-        fused_qkv=fused_qkv,
-        attention=attention,
-    )
+    heads = _head_sizes(hf_model, kind)
+    config = config_from_hf(hf_model.config, **heads, fused_qkv=fused_qkv, attention=attention)
 
     hf_state: dict[str, Tensor] = {}
     for key, value in hf_model.state_dict().items():
@@ -261,16 +262,7 @@ def vit_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa
             raise ValueError(f"hf_model has a weight {key!r} that tfam does not know")
         hf_state[canonical_hf_key(rest)] = value
 
-    state: dict[str, Tensor] = {}
-    used: set[str] = set()
-    for hf_names, tfam_name in weight_pairs(config):
-        missing = [n for n in hf_names if n not in hf_state]
-        if missing:
-            raise ValueError(f"hf_model has no weight {missing[0]!r}; cannot convert it")
-        tensors = [hf_state[n].detach() for n in hf_names]
-        # Copies, never views: the tfam model must not share storage with hf_model.
-        state[tfam_name] = torch.cat(tensors, dim=0) if len(tensors) > 1 else tensors[0].clone()
-        used.update(hf_names)
+    state, used = gather_weights(hf_state, weight_pairs(config))
     refuse_unused_weights(set(hf_state) - used - _IGNORED_HF_KEYS, "ViT")
 
     # Built on the meta device: no random init to pay for (or to draw from the caller's RNG);
