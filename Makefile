@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tfam-installed
 RUN    ?= runs/digits
-# Downloaded source files live in the tfam cache (tfam.data.text.tfam_cache_dir: $TFAM_CACHE or
+# Downloaded source files live in the tfam cache (tfam.data.sources.seq2seq.tfam_cache_dir: $TFAM_CACHE or
 # ~/.cache/tfam), where the loaders look for them; nothing is downloaded at run time.
 TFAM_CACHE ?= $(HOME)/.cache/tfam
 DOWNLOADS  := $(TFAM_CACHE)/downloads

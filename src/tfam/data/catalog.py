@@ -9,7 +9,7 @@ An entry says what a dataset is and how tfam trains on it — the one place for 
     entry.recipe               # Recipe: model preset, TrainConfig values, threads
     default_augment("digits")  # BatchAugment with the entry's padding and flip
 
-    entry = resolve_data("photos/")   # a directory: an image folder (tfam.data.folder)
+    entry = resolve_data("photos/")   # a directory: an image folder (tfam.data.sources.folder)
 
 A new dataset is one :func:`register_dataset` call; the command line lists, loads and trains
 it with no other change. ``TASK_FACTS`` names, per task, the attributes of a dataset that are
@@ -26,10 +26,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from tfam.data.augment import BatchAugment
-from tfam.data.charlm import KJV_CHARS_INFO, load_kjv_chars
-from tfam.data.folder import FOLDER_SPLITS, FOLDER_VAL_FRACTION, ImageFolder, scan_folder
-from tfam.data.images import (
+from tfam.data.sources.charlm import KJV_CHARS_INFO, load_kjv_chars
+from tfam.data.sources.folder import FOLDER_SPLITS, FOLDER_VAL_FRACTION, ImageFolder, scan_folder
+from tfam.data.sources.images import (
     DIGITS,
     FASHION_MNIST,
     SPLITS,
@@ -38,8 +37,8 @@ from tfam.data.images import (
     load_digits,
     load_fashion_mnist,
 )
-from tfam.data.sentiment import SENTIMENT_INFO, load_sentiment
-from tfam.data.text import (
+from tfam.data.sources.sentiment import SENTIMENT_INFO, load_sentiment
+from tfam.data.sources.seq2seq import (
     KJV_RV_VOCAB,
     SYMBOL_SIZES,
     SYMBOLS,
@@ -48,7 +47,8 @@ from tfam.data.text import (
     load_kjv_rv,
     load_symbol_task,
 )
-from tfam.data.treebank import TURKISH_POS_INFO, load_turkish_pos
+from tfam.data.sources.treebank import TURKISH_POS_INFO, load_turkish_pos
+from tfam.data.vision.augment import BatchAugment
 
 __all__ = [
     "CATALOG",
@@ -195,7 +195,7 @@ def get_dataset(name: str) -> DatasetEntry:
 
 def folder_entry(path: str | os.PathLike) -> DatasetEntry:
     """An image folder (one sub-folder per class) as a catalog entry; scans it (see
-    :mod:`tfam.data.folder`), so unreadable files are named here."""
+    :mod:`tfam.data.sources.folder`), so unreadable files are named here."""
     index = scan_folder(path)
     h, w = index.image_size
     folder = index.root
@@ -340,7 +340,7 @@ register_dataset(
 
 
 # Text: sequence to sequence. Splits are train / val / test (val and test are whole held-out
-# books for kjv-rv; see tfam.data.text); the tokenizer comes with the dataset (.tokenizer).
+# books for kjv-rv; see tfam.data.sources.seq2seq); the tokenizer comes with the dataset (.tokenizer).
 # The kjv-rv recipe is a modest start, not a tuned one.
 
 register_dataset(

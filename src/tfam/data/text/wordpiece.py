@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.data.tokenizer import Tokenizer, register_tokenizer_kind
+from tfam.data.text.tokenizer import Tokenizer, register_tokenizer_kind
 
 __all__ = [
     "MINILM_INSTALL_HINT",

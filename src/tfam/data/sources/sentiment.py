@@ -39,8 +39,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tfam.data.text import TEXT_SPLITS, TextDatasetInfo, tfam_cache_dir
-from tfam.data.wordpiece import WordPieceTokenizer, minilm_tokenizer
+from tfam.data.sources.seq2seq import TEXT_SPLITS, TextDatasetInfo, tfam_cache_dir
+from tfam.data.text.wordpiece import WordPieceTokenizer, minilm_tokenizer
 
 __all__ = [
     "SENTIMENT_CLASSES",
@@ -99,7 +99,7 @@ SENTIMENT_INFO = TextDatasetInfo(
 
 def data_dirs(root: str | os.PathLike | None = None) -> list[Path]:
     """Where downloaded source files are looked for, in order: ``root``, ``$TFAM_DATA``,
-    ``<cache>/downloads`` and ``<cache>`` (cache: :func:`~tfam.data.text.tfam_cache_dir`,
+    ``<cache>/downloads`` and ``<cache>`` (cache: :func:`~tfam.data.sources.seq2seq.tfam_cache_dir`,
     ``$TFAM_CACHE`` or ``~/.cache/tfam``)."""
     dirs = [] if root is None else [Path(root).expanduser()]
     if os.environ.get("TFAM_DATA"):

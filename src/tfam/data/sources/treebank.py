@@ -42,8 +42,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tfam.data.text import TEXT_SPLITS, TextDatasetInfo
-from tfam.data.wordpiece import WordPieceTokenizer, minilm_tokenizer
+from tfam.data.sources.seq2seq import TEXT_SPLITS, TextDatasetInfo
+from tfam.data.text.wordpiece import WordPieceTokenizer, minilm_tokenizer
 
 __all__ = [
     "IGNORE_INDEX",

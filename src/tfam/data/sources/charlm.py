@@ -6,7 +6,7 @@
     batch = train.get_batch([0, 1])     # {"input_ids": (2, 128), "labels": (2, 128)}
 
 The text is the SWORD module engKJV2006eb (Debian's ``sword-text-kjv``, installed by
-``make data``) read by :mod:`tfam.data.sword`: plain verse text, verses joined by one space,
+``make data``) read by :mod:`tfam.data.sources.sword`: plain verse text, verses joined by one space,
 books in canonical order. Held out are the final books of the canon, whole: val = Hebrews,
 James, 1 Peter, 2 Peter (71,521 characters, 558 windows), test = 1 John, 2 John, 3 John, Jude,
 Revelation (81,499 characters, 636 windows); train is the other 57 books (3,985,512 characters,
@@ -14,7 +14,7 @@ Revelation (81,499 characters, 636 windows); train is the other 57 books (3,985,
 spans, because the Bible repeats itself (parallel histories, refrains): a random cut would put
 near-copies of held-out text in training.
 
-The :class:`~tfam.data.tokenizer.CharTokenizer` holds the characters of the training text
+The :class:`~tfam.data.text.tokenizer.CharTokenizer` holds the characters of the training text
 (65; with the 4 special ids a vocabulary of 69); a character seen only in val or test is
 ``<unk>`` (id 3): val has none, test two (the brackets of "[but]" in 1 John 2:23).
 
@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-import tfam.data.sword as sword  # the module, not the package face (which imports us)
-from tfam.data.text import TEXT_SPLITS, TextDatasetInfo, tfam_cache_dir
-from tfam.data.tokenizer import CharTokenizer, normalize_text
+import tfam.data.sources.sword as sword  # the module, not the package face (which imports us)
+from tfam.data.sources.seq2seq import TEXT_SPLITS, TextDatasetInfo, tfam_cache_dir
+from tfam.data.text.tokenizer import CharTokenizer, normalize_text
 from tfam.fileio import atomic_write_bytes
 
 __all__ = [
@@ -206,7 +206,7 @@ class CharWindows:
         if normalize_text(text) != text:  # what tokenizer.encode would change
             raise ValueError(
                 f"{name or 'text'} is invalid: expected NFC text with single spaces and no "
-                "whitespace at the ends (tfam.data.tokenizer.normalize_text)"
+                "whitespace at the ends (tfam.data.text.tokenizer.normalize_text)"
             )
         self.ids = _encode_chars(text, tokenizer)
         self.unknown = int((self.ids == tokenizer.unk_id).sum())

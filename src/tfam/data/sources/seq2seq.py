@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tfam.data.sword import VerseRef, parallel_verses
-from tfam.data.tokenizer import (
+from tfam.data.sources.sword import VerseRef, parallel_verses
+from tfam.data.text.tokenizer import (
     TOKENIZER_FILE,
     BPETokenizer,
     CharTokenizer,

@@ -1,5 +1,5 @@
 """Tokenizers for text tasks: a joint BPE (Hugging Face ``tokenizers``) and a character one;
-BERT's WordPiece lives in :mod:`tfam.data.wordpiece` and loads through the same functions.
+BERT's WordPiece lives in :mod:`tfam.data.text.wordpiece` and loads through the same functions.
 
     tok = BPETokenizer.train(english + spanish, vocab_size=8000)   # deterministic
     ids = tok.encode("In the beginning")     # list[int], no special tokens

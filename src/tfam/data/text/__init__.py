@@ -1,0 +1,5 @@
+"""Text processing that is no dataset: tokenizers (tokenizer.py: the Tokenizer ABC, BPE,
+characters and ``load_tokenizer`` for every kind; wordpiece.py: BERT's WordPiece). The package
+face imports nothing: import a module by its full name (``tfam.data`` re-exports the public
+names).
+"""
