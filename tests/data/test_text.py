@@ -14,7 +14,6 @@ from tfam.data.sources import sword
 from tfam.data.sources.seq2seq import (
     QUICK_EVAL_SIZE,
     TEST_BOOKS,
-    TEXT_SPLITS,
     VAL_BOOKS,
     Seq2SeqDataset,
     book_split,
@@ -24,6 +23,7 @@ from tfam.data.sources.seq2seq import (
     load_symbol_task,
     symbol_pairs,
 )
+from tfam.data.text.dataset import TEXT_SPLITS
 from tfam.data.text.tokenizer import (
     TOKENIZER_FILE,
     BPETokenizer,

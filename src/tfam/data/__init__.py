@@ -53,10 +53,8 @@ from tfam.data.sources.sentiment import SENTIMENT_CLASSES, SentimentDataset, loa
 from tfam.data.sources.seq2seq import (
     QUICK_EVAL_SIZE,
     TEST_BOOKS,
-    TEXT_SPLITS,
     VAL_BOOKS,
     Seq2SeqDataset,
-    TextDatasetInfo,
     book_split,
     kjv_rv_tokenizer,
     load_kjv_rv,
@@ -70,6 +68,7 @@ from tfam.data.sources.treebank import (
     load_turkish_pos,
     read_conllu,
 )
+from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo
 from tfam.data.text.tokenizer import (
     BPETokenizer,
     CharTokenizer,

@@ -40,7 +40,8 @@ import torch
 from torch import Tensor
 
 import tfam.data.sources.sword as sword  # the module, not the package face (which imports us)
-from tfam.data.sources.seq2seq import TEXT_SPLITS, TextDatasetInfo, tfam_cache_dir
+from tfam.data.sources.cache import tfam_cache_dir
+from tfam.data.text.dataset import TextDatasetInfo, TokenDataset, check_text_split, split_of_book
 from tfam.data.text.tokenizer import CharTokenizer, normalize_text
 from tfam.fileio import atomic_write_bytes
 
@@ -91,11 +92,7 @@ KJV_CHARS_INFO = TextDatasetInfo(
 
 def kjv_char_split(book: str) -> str:
     """The split ("train", "val", "test") a book (OSIS name) belongs to in the kjv dataset."""
-    if book in KJV_VAL_BOOKS:
-        return "val"
-    if book in KJV_TEST_BOOKS:
-        return "test"
-    return "train"
+    return split_of_book(book, KJV_VAL_BOOKS, KJV_TEST_BOOKS)
 
 
 def _cache_key(module: str) -> str:
@@ -148,8 +145,7 @@ def _book_texts(module: str) -> tuple[tuple[str, str], ...]:
 
 def kjv_char_text(split: str, module: str = KJV_MODULE) -> str:
     """The split's text: its books in canonical order, joined by one space."""
-    if split not in TEXT_SPLITS:
-        raise ValueError(f"split={split!r} is invalid: expected one of {', '.join(TEXT_SPLITS)}")
+    check_text_split(split)
     return " ".join(t for b, t in kjv_book_texts(module) if kjv_char_split(b) == split)
 
 
@@ -177,7 +173,7 @@ def _encode_chars(text: str, tokenizer: CharTokenizer) -> Tensor:
     return table[points]
 
 
-class CharWindows:
+class CharWindows(TokenDataset):
     """A text as character ids, served as windows of ``context + 1`` ids with stride
     ``context`` (see the module): ``ds[k]`` is ``ids[k * context : k * context + context + 1]``.
 
@@ -210,14 +206,6 @@ class CharWindows:
             )
         self.ids = _encode_chars(text, tokenizer)
         self.unknown = int((self.ids == tokenizer.unk_id).sum())
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    @property
-    def pad_token_id(self) -> int:
-        return self.tokenizer.pad_id
 
     @property
     def num_chars(self) -> int:
@@ -256,9 +244,6 @@ class CharWindows:
             f"{self.context} + 1 (stride {self.context}), {self.num_targets:,} predicted, "
             f"{self.unknown} unknown"
         )
-
-    def __repr__(self) -> str:
-        return f"CharWindows({self.describe()})"
 
 
 def load_kjv_chars(
