@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_FILE = "config.json"  # = tfam.models.base.CONFIG_NAME
-TOKENIZER_FILE = "tokenizer.json"  # = tfam.data.text.tokenizer.TOKENIZER_FILE (not imported: startup)
+# = tfam.data.text.tokenizer.TOKENIZER_FILE (not imported: startup)
+TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.json"
 TRAIN_ARGS_FILE = "train_args.json"
 PREPROCESS_FILE = "preprocess.json"

@@ -22,7 +22,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.data.text.wordpiece import MINILM_INSTALL_HINT, MINILM_PACKAGE, WordPieceTokenizer, minilm_dir
+from tfam.data.text.wordpiece import (
+    MINILM_INSTALL_HINT,
+    MINILM_PACKAGE,
+    WordPieceTokenizer,
+    minilm_dir,
+)
 from tfam.interop.hf_bert import load_hf_bert_dir
 from tfam.models.bert import Bert, mean_pool
 from tfam.models.registry import has_pretrained, register_pretrained

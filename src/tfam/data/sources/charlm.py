@@ -74,12 +74,10 @@ def _windows(chars: int, context: int = KJV_CONTEXT) -> int:
     return max(0, (chars - 1) // context)
 
 
-KJV_CHARS_INFO = TextDatasetInfo(
-    name="kjv",
-    vocab_size=KJV_CHAR_VOCAB,
-    train_size=_windows(KJV_SPLIT_CHARS["train"]),
-    val_size=_windows(KJV_SPLIT_CHARS["val"]),
-    test_size=_windows(KJV_SPLIT_CHARS["test"]),
+KJV_CHARS_INFO = TextDatasetInfo.of_splits(
+    "kjv",
+    KJV_CHAR_VOCAB,
+    {split: _windows(chars) for split, chars in KJV_SPLIT_CHARS.items()},
     description=(
         "King James Bible (SWORD module engKJV2006eb, Debian sword-text-kjv), characters; "
         f"val: {', '.join(KJV_VAL_BOOKS)} ({KJV_SPLIT_CHARS['val']:,} chars); test: "

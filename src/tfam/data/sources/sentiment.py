@@ -41,7 +41,7 @@ from torch import Tensor
 
 from tfam.data.sources.cache import tfam_cache_dir
 from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo, TokenDataset, check_text_split
-from tfam.data.text.wordpiece import WordPieceTokenizer, minilm_tokenizer
+from tfam.data.text.wordpiece import MINILM_VOCAB_SIZE, WordPieceTokenizer, minilm_tokenizer
 
 __all__ = [
     "SENTIMENT_CLASSES",
@@ -69,7 +69,6 @@ _INNER_ARCHIVE = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar
 _RATINGS_FILE = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
 SENTIMENT_CLASSES = ("negative", "positive")
 SENTIMENT_MAX_LENGTH = 128
-MINILM_VOCAB_SIZE = 30522  # the packaged MiniLM's WordPiece vocabulary (checked by the tests)
 _TEST_FRACTION = _VAL_FRACTION = 0.1
 # (negative, positive) sentences per split with split_seed 0: the catalog's facts, loading
 # nothing; tests/data/test_text_datasets.py checks them against the file.
@@ -79,14 +78,11 @@ SENTIMENT_COUNTS: dict[str, tuple[int, int]] = {
     "test": (532, 524),
 }
 
-SENTIMENT_INFO = TextDatasetInfo(
-    name="sentiment",
-    vocab_size=MINILM_VOCAB_SIZE,
-    train_size=sum(SENTIMENT_COUNTS["train"]),
-    val_size=sum(SENTIMENT_COUNTS["val"]),
-    test_size=sum(SENTIMENT_COUNTS["test"]),
+SENTIMENT_INFO = TextDatasetInfo.of_splits(
+    "sentiment",
+    MINILM_VOCAB_SIZE,
+    {split: sum(counts) for split, counts in SENTIMENT_COUNTS.items()},
     classes=SENTIMENT_CLASSES,
-    num_labels=len(SENTIMENT_CLASSES),
     head="sequence",
     description=(
         "movie-review sentences rated by 20+ people (Hutto & Gilbert, ICWSM 2014; in the "

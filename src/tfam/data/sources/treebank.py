@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from tfam.data.text.dataset import TextDatasetInfo, TokenDataset, check_text_split
-from tfam.data.text.wordpiece import WordPieceTokenizer, minilm_tokenizer
+from tfam.data.text.wordpiece import MINILM_VOCAB_SIZE, WordPieceTokenizer, minilm_tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
@@ -82,7 +82,6 @@ TREEBANK_TAGS = (
     "X",
 )
 POS_MAX_LENGTH = 128
-MINILM_VOCAB_SIZE = 30522
 # Sentences and tokens per split: the catalog's facts, loading nothing (checked by the tests).
 TURKISH_POS_SIZES: dict[str, tuple[int, int]] = {
     "train": (3881, 64707),
@@ -90,14 +89,11 @@ TURKISH_POS_SIZES: dict[str, tuple[int, int]] = {
     "test": (485, 8025),
 }
 
-TURKISH_POS_INFO = TextDatasetInfo(
-    name="turkish-pos",
-    vocab_size=MINILM_VOCAB_SIZE,
-    train_size=TURKISH_POS_SIZES["train"][0],
-    val_size=TURKISH_POS_SIZES["val"][0],
-    test_size=TURKISH_POS_SIZES["test"][0],
+TURKISH_POS_INFO = TextDatasetInfo.of_splits(
+    "turkish-pos",
+    MINILM_VOCAB_SIZE,
+    {split: sentences for split, (sentences, _) in TURKISH_POS_SIZES.items()},
     classes=TREEBANK_TAGS,
-    num_labels=len(TREEBANK_TAGS),
     head="token",
     description=(
         "Turkish Web Treebank (PyPI turkish-treebanks; web and Wikipedia text), coarse POS tags "

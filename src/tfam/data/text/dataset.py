@@ -9,7 +9,7 @@ datasets held as token ids (config facts, ``len``, ``repr``, right-padded batche
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,31 @@ class TextDatasetInfo:
     val_size: int | None = None
     num_labels: int | None = None  # classifiers: len(classes)
     head: str | None = None  # BERT's head for the task: "sequence", "token", "mlm"
+
+    @classmethod
+    def of_splits(
+        cls,
+        name: str,
+        vocab_size: int,
+        sizes: Mapping[str, int],
+        description: str,
+        *,
+        classes: Sequence[str] = (),
+        head: str | None = None,
+    ) -> TextDatasetInfo:
+        """The facts from the examples per split (``sizes["train"]``, ``["val"]``,
+        ``["test"]``); a classifier (``classes`` given) has ``num_labels = len(classes)``."""
+        return cls(
+            name=name,
+            vocab_size=vocab_size,
+            train_size=sizes["train"],
+            val_size=sizes["val"],
+            test_size=sizes["test"],
+            description=description,
+            classes=tuple(classes),
+            num_labels=len(classes) or None,
+            head=head,
+        )
 
 
 def check_text_split(split: str) -> str:

