@@ -5,8 +5,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tfam-installed
 RUN    ?= runs/digits
-# Downloaded source files live in the tfam cache (tfam.data.text.tfam_cache_dir: $TFAM_CACHE or
-# ~/.cache/tfam), where the loaders look for them; nothing is downloaded at run time.
+# Downloaded source files live in the tfam cache (tfam.data.sources.cache.tfam_cache_dir:
+# $TFAM_CACHE or ~/.cache/tfam), where the loaders look for them; nothing is downloaded at run time.
 TFAM_CACHE ?= $(HOME)/.cache/tfam
 DOWNLOADS  := $(TFAM_CACHE)/downloads
 # The sentiment dataset: movie-review sentences inside vadersentiment 3.3.2's source archive.

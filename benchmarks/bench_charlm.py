@@ -2,7 +2,7 @@
 plain PyTorch GPT trained with nanoGPT's CPU setting, on the same text, scored the same way.
 
 Both models are scored on the test books (1 John .. Revelation, held out whole; see
-tfam.data.charlm) in nats per character, every test character predicted once (windows of each
+tfam.data.sources.charlm) in nats per character, every test character predicted once (windows of each
 model's own context, stride = context). The reference is written here in plain PyTorch in the
 shape of nanoGPT's `train_shakespeare_char` CPU setting (4 blocks, 4 heads, D = 128, context 64,
 batch 12, AdamW lr 1e-3 with warmup and cosine decay to 1e-4, no dropout), trained on random
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tfam.data.charlm import kjv_char_text, kjv_char_tokenizer
+from tfam.data.sources.charlm import kjv_char_text, kjv_char_tokenizer
 
 
 # -- the plain PyTorch reference (nanoGPT's shape) --------------------------------------------

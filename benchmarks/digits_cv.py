@@ -36,7 +36,7 @@ import torch.nn.functional as F
 import tfam
 from tfam.cli.common import parse_set
 from tfam.data import BatchAugment, default_augment, get_dataset, load_dataset
-from tfam.data.images import ImageDataset
+from tfam.data.sources.images import ImageDataset
 from tfam.training import TrainConfig, Trainer
 
 

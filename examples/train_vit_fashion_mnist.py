@@ -51,7 +51,7 @@ def main() -> None:
         max_steps=args.max_steps,
     )
     start = time.perf_counter()
-    # A 1 px random crop and flips (tfam.data.augment says why not 2 px, and why not flips alone).
+    # A 1 px random crop and flips (tfam.data.vision.augment says why not 2 px, and why not flips alone).
     augment = default_augment("fashion-mnist")
     trainer = Trainer(model, train, test, config, out_dir=args.out, augment=augment)
     result = trainer.fit(resume=args.resume)

@@ -190,7 +190,7 @@ def test_the_cycle_check_reads_modules_not_packages():
     g = graph()
     rooms = {room(m) for m in g}
     assert len(g) > len(rooms)  # the graph's nodes are modules, several per room
-    assert "tfam.data.catalog" in g and "tfam.data.charlm" in g["tfam.data.catalog"]
+    assert "tfam.data.catalog" in g and "tfam.data.sources.charlm" in g["tfam.data.catalog"]
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_FILE = "config.json"  # = tfam.models.base.CONFIG_NAME
-TOKENIZER_FILE = "tokenizer.json"  # = tfam.data.tokenizer.TOKENIZER_FILE (not imported: startup)
+# = tfam.data.text.tokenizer.TOKENIZER_FILE (not imported: startup)
+TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.json"
 TRAIN_ARGS_FILE = "train_args.json"
 PREPROCESS_FILE = "preprocess.json"
@@ -348,7 +349,7 @@ def load_tokenizer(run_dir: Path) -> Any:
             "trains on a text dataset (for a model saved from Python, save its tokenizer into "
             "the same directory with tokenizer.save(DIR))"
         )
-    from tfam.data.tokenizer import load_tokenizer as load
+    from tfam.data.text.tokenizer import load_tokenizer as load
 
     try:
         return load(run_dir)
@@ -369,10 +370,10 @@ def load_run_tokenizer(run_dir: Path, needed_for: str) -> Any:
         )
     import importlib
 
-    from tfam.data.tokenizer import load_tokenizer as load
+    from tfam.data.text.tokenizer import load_tokenizer as load
 
     try:  # registers the WordPiece kind with the loader (importing tfam.data does too)
-        importlib.import_module("tfam.data.wordpiece")
+        importlib.import_module("tfam.data.text.wordpiece")
     except ImportError:
         pass
 
@@ -522,7 +523,7 @@ def load_encoder(spec: str) -> tuple[Any, Any, str]:
         converter = CONVERTERS.get(raw["model_type"])
         if converter is not None and converter.read_dir and converter.family.embeds:
             # A Hugging Face directory that interop reads without transformers (BERT's).
-            from tfam.data.wordpiece import WordPieceTokenizer
+            from tfam.data.text.wordpiece import WordPieceTokenizer
 
             return converter.read_dir(path).eval(), WordPieceTokenizer(path), str(path)
     config = read_config(path)

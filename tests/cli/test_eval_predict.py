@@ -1,5 +1,5 @@
 """`tfam eval` and `tfam predict` through the real entry point (tfam.cli.main), plus the metrics
-(tfam.training.evaluation) and image preprocessing (tfam.data.preprocess) they stand on.
+(tfam.training.evaluation) and image preprocessing (tfam.data.vision.preprocess) they stand on.
 
 The run directory is built here, not by `tfam train`: a tiny ViT trained for a few steps on the
 digits, saved with save_pretrained, and a preprocess.json written by hand.
@@ -19,7 +19,7 @@ from PIL import Image, ImageDraw
 import tfam
 import tfam.cli
 from tfam.data import load_dataset
-from tfam.data.preprocess import (
+from tfam.data.vision.preprocess import (
     Preprocess,
     border_is_bright,
     load_image,

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import tfam
-from tfam.data.tokenizer import CharTokenizer
-from tfam.data.wordpiece import WordPieceTokenizer
+from tfam.data.text.tokenizer import CharTokenizer
+from tfam.data.text.wordpiece import WordPieceTokenizer
 
 TEXT = "And God said, Let there be light: and there was light."
 VOCAB = (
@@ -89,7 +89,7 @@ def test_generate_greedy_equals_model_generate(cli, gpt_dir: Path) -> None:
         ["generate", gpt_dir, "--prompt", "And God said", "--greedy", "--max-new-tokens", "12"]
     )
     assert code == 0, err
-    tok = tfam.data.tokenizer.load_tokenizer(gpt_dir)
+    tok = tfam.data.text.tokenizer.load_tokenizer(gpt_dir)
     model = tfam.from_pretrained(gpt_dir)
     prompt = tok.encode("And God said")
     ids = model.generate(torch.tensor([prompt]), max_new_tokens=12)
@@ -111,7 +111,7 @@ def test_generate_seeded_sampling_is_reproducible(cli, gpt_dir: Path) -> None:
     assert first == second
     assert first.count("--- sample ") == 2
     # Equal to model.generate with the same generator and settings.
-    tok = tfam.data.tokenizer.load_tokenizer(gpt_dir)
+    tok = tfam.data.text.tokenizer.load_tokenizer(gpt_dir)
     model = tfam.from_pretrained(gpt_dir)
     prompt = tok.encode("And")
     g = torch.Generator().manual_seed(3)
@@ -212,7 +212,7 @@ def test_embed_run_directory_and_errors(cli, one_line, sentiment_dir, gpt_dir) -
     code, out, err = cli(["embed", sentiment_dir, "a fine film", "bad", "--format", "json"])
     assert code == 0, err
     model = tfam.from_pretrained(sentiment_dir)
-    tok = tfam.data.tokenizer.load_tokenizer(sentiment_dir)
+    tok = tfam.data.text.tokenizer.load_tokenizer(sentiment_dir)
     ids, mask = tok(["a fine film", "bad"])
     expected = mean_pool(model.forward_features(ids, mask), mask)
     torch.testing.assert_close(torch.tensor(json.loads(out)["embeddings"]), expected)
@@ -233,7 +233,7 @@ def test_predict_sentence_classes(cli, sentiment_dir: Path) -> None:
     code, out, err = cli(["predict", sentiment_dir, "a fine film.", "bad"])
     assert code == 0, err
     model = tfam.from_pretrained(sentiment_dir)
-    tok = tfam.data.tokenizer.load_tokenizer(sentiment_dir)
+    tok = tfam.data.text.tokenizer.load_tokenizer(sentiment_dir)
     blocks = out.strip().split("\n\n")
     assert len(blocks) == 2
     for block, text in zip(blocks, ["a fine film.", "bad"]):
@@ -256,7 +256,7 @@ def test_predict_tags_each_word_by_its_first_piece(cli, tagger_dir: Path) -> Non
     words = [ln.split()[0] for ln in lines[1:]]
     assert words == ["Ali", "eve", "geldi", "."]
     model = tfam.from_pretrained(tagger_dir)
-    tok = tfam.data.tokenizer.load_tokenizer(tagger_dir)
+    tok = tfam.data.text.tokenizer.load_tokenizer(tagger_dir)
     ids, word_ids = tok.encode_words(words)
     with torch.no_grad():
         logits = model(torch.tensor([ids]))[0]

@@ -33,7 +33,7 @@ TEXTS = ["a b c d", "j i h", "c c a b e f g h i", "b", "e d c b a j"]
 def copy_run(tmp_path_factory) -> Path:
     """A run directory as `tfam train` leaves it for a copy task, built directly (fast): an
     untrained tiny encoder–decoder, a character tokenizer beside it and train_args.json."""
-    from tfam.data.tokenizer import CharTokenizer
+    from tfam.data.text.tokenizer import CharTokenizer
 
     tok = CharTokenizer("abcdefghij", spaced=True)
     torch.manual_seed(0)
@@ -58,7 +58,7 @@ def _sample_text(n: int = 0) -> str:
 
 def _direct(run_dir: Path, text: str, beam: int = 4) -> str:
     """What translate should print for ``text``: tokens + <eos>, generate, cut at <eos>."""
-    from tfam.data.tokenizer import load_tokenizer
+    from tfam.data.text.tokenizer import load_tokenizer
 
     tok = load_tokenizer(run_dir)
     model = tfam.from_pretrained(run_dir).eval()
@@ -85,7 +85,7 @@ def test_train_saves_tokenizer_then_translate(cli, tmp_path: Path) -> None:
     saved = json.loads((out / "train_args.json").read_text())
     assert saved["data"] == "copy" and saved["family"] == "transformer"
     # The saved tokenizer is the dataset's, byte for byte.
-    from tfam.data.tokenizer import load_tokenizer
+    from tfam.data.text.tokenizer import load_tokenizer
 
     tok, data_tok = load_tokenizer(out), load_dataset("copy", "train").tokenizer
     text = load_dataset("copy", "test").pairs[0][0]

@@ -63,7 +63,7 @@ def test_default_augment_comes_from_the_entry() -> None:
 
 def test_augment_imports_no_dataset_module() -> None:
     """augment.py <-> images.py was an import cycle: augment now knows no dataset."""
-    tree = ast.parse((SRC / "augment.py").read_text())
+    tree = ast.parse((SRC / "vision" / "augment.py").read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m.startswith("tfam") for m in imported), imported

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-import tfam.data.images as images_mod
+import tfam.data.sources.images as images_mod
 from tfam.data import (
     BatchAugment,
     IDXFormatError,

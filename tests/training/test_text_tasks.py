@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tfam
-from tfam.data.tokenizer import CharTokenizer
+from tfam.data.text.tokenizer import CharTokenizer
 from tfam.training import (
     CausalLM,
     MaskedLM,

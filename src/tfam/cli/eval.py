@@ -115,7 +115,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tfam.data import resolve_data
-    from tfam.data.preprocess import load_preprocess
+    from tfam.data.vision.preprocess import load_preprocess
     from tfam.training.evaluation import evaluate
     from tfam.viz import plot_confusion
 

@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from tfam.data.preprocess import load_input, load_preprocess
+    from tfam.data.vision.preprocess import load_input, load_preprocess
 
     if args.top_k < 1:
         raise ValueError(f"--top-k {args.top_k} is invalid: expected an int >= 1")

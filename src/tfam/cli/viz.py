@@ -224,7 +224,7 @@ def _shorten(text: str, width: int = 40) -> str:
 
 def run_attention(args: argparse.Namespace) -> int:
     import tfam
-    from tfam.data.preprocess import load_input, load_preprocess
+    from tfam.data.vision.preprocess import load_input, load_preprocess
     from tfam.viz import plot_attention
 
     if _seq2seq_source(args):

@@ -12,7 +12,6 @@ for x, y in train.batches(64, shuffle=True, generator=g, augment=aug):
     ...  # x (64, 1, 8, 8) float32 normalised with train's mean/std, y (64,) int64
 """
 
-from tfam.data.augment import BatchAugment
 from tfam.data.catalog import (
     CATALOG,
     TASK_FACTS,
@@ -29,16 +28,16 @@ from tfam.data.catalog import (
     resolve_data,
     task_facts,
 )
-from tfam.data.charlm import (
+from tfam.data.sources.charlm import (
     KJV_TEST_BOOKS,
     KJV_VAL_BOOKS,
     CharWindows,
     kjv_char_tokenizer,
     load_kjv_chars,
 )
-from tfam.data.folder import ImageFolder, clear_folder_cache, scan_folder
-from tfam.data.idx import IDXFormatError, read_idx, write_idx
-from tfam.data.images import (
+from tfam.data.sources.folder import ImageFolder, clear_folder_cache, scan_folder
+from tfam.data.sources.idx import IDXFormatError, read_idx, write_idx
+from tfam.data.sources.images import (
     FASHION_MNIST_DIRS,
     SPLITS,
     DatasetInfo,
@@ -49,42 +48,42 @@ from tfam.data.images import (
     load_digits,
     load_fashion_mnist,
 )
-from tfam.data.images import clear_cache as _clear_image_cache
-from tfam.data.sentiment import SENTIMENT_CLASSES, SentimentDataset, load_sentiment
-from tfam.data.sword import VerseRef, parallel_verses, read_verses
-from tfam.data.text import (
+from tfam.data.sources.images import clear_cache as _clear_image_cache
+from tfam.data.sources.sentiment import SENTIMENT_CLASSES, SentimentDataset, load_sentiment
+from tfam.data.sources.seq2seq import (
     QUICK_EVAL_SIZE,
     TEST_BOOKS,
-    TEXT_SPLITS,
     VAL_BOOKS,
     Seq2SeqDataset,
-    TextDatasetInfo,
     book_split,
     kjv_rv_tokenizer,
     load_kjv_rv,
     load_symbol_task,
 )
-from tfam.data.tokenizer import (
-    BPETokenizer,
-    CharTokenizer,
-    Tokenizer,
-    load_tokenizer,
-)
-from tfam.data.treebank import (
+from tfam.data.sources.sword import VerseRef, parallel_verses, read_verses
+from tfam.data.sources.treebank import (
     TREEBANK_TAGS,
     ConlluSentence,
     TaggingDataset,
     load_turkish_pos,
     read_conllu,
 )
+from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo
+from tfam.data.text.tokenizer import (
+    BPETokenizer,
+    CharTokenizer,
+    Tokenizer,
+    load_tokenizer,
+)
 
 # Importing wordpiece registers its kind with load_tokenizer (so does any module using it).
-from tfam.data.wordpiece import (
+from tfam.data.text.wordpiece import (
     MINILM_INSTALL_HINT,
     WordPieceTokenizer,
     minilm_dir,
     minilm_tokenizer,
 )
+from tfam.data.vision.augment import BatchAugment
 
 
 def clear_cache() -> None:

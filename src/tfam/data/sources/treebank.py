@@ -42,8 +42,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tfam.data.text import TEXT_SPLITS, TextDatasetInfo
-from tfam.data.wordpiece import WordPieceTokenizer, minilm_tokenizer
+from tfam.data.text.dataset import TextDatasetInfo, TokenDataset, check_text_split
+from tfam.data.text.wordpiece import MINILM_VOCAB_SIZE, WordPieceTokenizer, minilm_tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
@@ -82,7 +82,6 @@ TREEBANK_TAGS = (
     "X",
 )
 POS_MAX_LENGTH = 128
-MINILM_VOCAB_SIZE = 30522
 # Sentences and tokens per split: the catalog's facts, loading nothing (checked by the tests).
 TURKISH_POS_SIZES: dict[str, tuple[int, int]] = {
     "train": (3881, 64707),
@@ -90,14 +89,11 @@ TURKISH_POS_SIZES: dict[str, tuple[int, int]] = {
     "test": (485, 8025),
 }
 
-TURKISH_POS_INFO = TextDatasetInfo(
-    name="turkish-pos",
-    vocab_size=MINILM_VOCAB_SIZE,
-    train_size=TURKISH_POS_SIZES["train"][0],
-    val_size=TURKISH_POS_SIZES["val"][0],
-    test_size=TURKISH_POS_SIZES["test"][0],
+TURKISH_POS_INFO = TextDatasetInfo.of_splits(
+    "turkish-pos",
+    MINILM_VOCAB_SIZE,
+    {split: sentences for split, (sentences, _) in TURKISH_POS_SIZES.items()},
     classes=TREEBANK_TAGS,
-    num_labels=len(TREEBANK_TAGS),
     head="token",
     description=(
         "Turkish Web Treebank (PyPI turkish-treebanks; web and Wikipedia text), coarse POS tags "
@@ -183,8 +179,7 @@ def treebank_split(index: int) -> str:
 
 def treebank_sentences(split: str) -> list[ConlluSentence]:
     """The split's sentences: web, then wiki, each in file order."""
-    if split not in TEXT_SPLITS:
-        raise ValueError(f"split={split!r} is invalid: expected one of {', '.join(TEXT_SPLITS)}")
+    check_text_split(split)
     out = []
     for path in treebank_files():
         stat = path.stat()
@@ -198,7 +193,7 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> tuple[ConlluSentence, .
     return tuple(read_conllu(path))
 
 
-class TaggingDataset:
+class TaggingDataset(TokenDataset):
     """Tagged sentences as WordPiece ids and per-piece labels, encoded once, held in memory.
 
     ``ds[i]`` is ``(ids (L,) int64, labels (L,) int64)``: [CLS] pieces [SEP], and each word's
@@ -252,33 +247,15 @@ class TaggingDataset:
     def num_labels(self) -> int:
         return len(self.classes)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    @property
-    def pad_token_id(self) -> int:
-        return self.tokenizer.pad_id
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
     def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
         return self.ids[i], self.labels[i]
 
     def get_batch(self, indices: Sequence[int] | Tensor) -> dict[str, Tensor]:
         """The rows at ``indices``: input_ids (B, L) right-padded with [PAD], attention_mask
         (B, L) bool True = real token, labels (B, L) with -100 on padding too."""
-        index = [int(i) for i in indices]
-        if not index:
-            raise ValueError("indices is empty: expected at least one row")
-        length = max(self.lengths[i] for i in index)
-        ids = torch.full((len(index), length), self.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(index), length), IGNORE_INDEX, dtype=torch.long)
-        mask = torch.zeros(len(index), length, dtype=torch.bool)
-        for row, i in enumerate(index):
-            n = self.lengths[i]
-            ids[row, :n], labels[row, :n], mask[row, :n] = self.ids[i], self.labels[i], True
+        index = self.batch_index(indices)
+        ids, mask = self.pad_rows(self.ids, index, self.pad_token_id)
+        labels, _ = self.pad_rows(self.labels, index, IGNORE_INDEX)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
     def num_tokens(self) -> int:
@@ -300,9 +277,6 @@ class TaggingDataset:
             f"{sum(self.lengths)} ids with [CLS]/[SEP] (at most {self.tokenizer.max_length}); "
             f"{self.truncated} sentences truncated, {self.dropped_tokens} tokens unlabeled"
         )
-
-    def __repr__(self) -> str:
-        return f"TaggingDataset({self.describe()})"
 
 
 def load_turkish_pos(

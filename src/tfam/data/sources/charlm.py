@@ -6,7 +6,7 @@
     batch = train.get_batch([0, 1])     # {"input_ids": (2, 128), "labels": (2, 128)}
 
 The text is the SWORD module engKJV2006eb (Debian's ``sword-text-kjv``, installed by
-``make data``) read by :mod:`tfam.data.sword`: plain verse text, verses joined by one space,
+``make data``) read by :mod:`tfam.data.sources.sword`: plain verse text, verses joined by one space,
 books in canonical order. Held out are the final books of the canon, whole: val = Hebrews,
 James, 1 Peter, 2 Peter (71,521 characters, 558 windows), test = 1 John, 2 John, 3 John, Jude,
 Revelation (81,499 characters, 636 windows); train is the other 57 books (3,985,512 characters,
@@ -14,7 +14,7 @@ Revelation (81,499 characters, 636 windows); train is the other 57 books (3,985,
 spans, because the Bible repeats itself (parallel histories, refrains): a random cut would put
 near-copies of held-out text in training.
 
-The :class:`~tfam.data.tokenizer.CharTokenizer` holds the characters of the training text
+The :class:`~tfam.data.text.tokenizer.CharTokenizer` holds the characters of the training text
 (65; with the 4 special ids a vocabulary of 69); a character seen only in val or test is
 ``<unk>`` (id 3): val has none, test two (the brackets of "[but]" in 1 John 2:23).
 
@@ -39,9 +39,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-import tfam.data.sword as sword  # the module, not the package face (which imports us)
-from tfam.data.text import TEXT_SPLITS, TextDatasetInfo, tfam_cache_dir
-from tfam.data.tokenizer import CharTokenizer, normalize_text
+import tfam.data.sources.sword as sword  # the module, not the package face (which imports us)
+from tfam.data.sources.cache import tfam_cache_dir
+from tfam.data.text.dataset import TextDatasetInfo, TokenDataset, check_text_split, split_of_book
+from tfam.data.text.tokenizer import CharTokenizer, normalize_text
 from tfam.fileio import atomic_write_bytes
 
 __all__ = [
@@ -73,12 +74,10 @@ def _windows(chars: int, context: int = KJV_CONTEXT) -> int:
     return max(0, (chars - 1) // context)
 
 
-KJV_CHARS_INFO = TextDatasetInfo(
-    name="kjv",
-    vocab_size=KJV_CHAR_VOCAB,
-    train_size=_windows(KJV_SPLIT_CHARS["train"]),
-    val_size=_windows(KJV_SPLIT_CHARS["val"]),
-    test_size=_windows(KJV_SPLIT_CHARS["test"]),
+KJV_CHARS_INFO = TextDatasetInfo.of_splits(
+    "kjv",
+    KJV_CHAR_VOCAB,
+    {split: _windows(chars) for split, chars in KJV_SPLIT_CHARS.items()},
     description=(
         "King James Bible (SWORD module engKJV2006eb, Debian sword-text-kjv), characters; "
         f"val: {', '.join(KJV_VAL_BOOKS)} ({KJV_SPLIT_CHARS['val']:,} chars); test: "
@@ -91,11 +90,7 @@ KJV_CHARS_INFO = TextDatasetInfo(
 
 def kjv_char_split(book: str) -> str:
     """The split ("train", "val", "test") a book (OSIS name) belongs to in the kjv dataset."""
-    if book in KJV_VAL_BOOKS:
-        return "val"
-    if book in KJV_TEST_BOOKS:
-        return "test"
-    return "train"
+    return split_of_book(book, KJV_VAL_BOOKS, KJV_TEST_BOOKS)
 
 
 def _cache_key(module: str) -> str:
@@ -148,8 +143,7 @@ def _book_texts(module: str) -> tuple[tuple[str, str], ...]:
 
 def kjv_char_text(split: str, module: str = KJV_MODULE) -> str:
     """The split's text: its books in canonical order, joined by one space."""
-    if split not in TEXT_SPLITS:
-        raise ValueError(f"split={split!r} is invalid: expected one of {', '.join(TEXT_SPLITS)}")
+    check_text_split(split)
     return " ".join(t for b, t in kjv_book_texts(module) if kjv_char_split(b) == split)
 
 
@@ -177,7 +171,7 @@ def _encode_chars(text: str, tokenizer: CharTokenizer) -> Tensor:
     return table[points]
 
 
-class CharWindows:
+class CharWindows(TokenDataset):
     """A text as character ids, served as windows of ``context + 1`` ids with stride
     ``context`` (see the module): ``ds[k]`` is ``ids[k * context : k * context + context + 1]``.
 
@@ -206,18 +200,10 @@ class CharWindows:
         if normalize_text(text) != text:  # what tokenizer.encode would change
             raise ValueError(
                 f"{name or 'text'} is invalid: expected NFC text with single spaces and no "
-                "whitespace at the ends (tfam.data.tokenizer.normalize_text)"
+                "whitespace at the ends (tfam.data.text.tokenizer.normalize_text)"
             )
         self.ids = _encode_chars(text, tokenizer)
         self.unknown = int((self.ids == tokenizer.unk_id).sum())
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    @property
-    def pad_token_id(self) -> int:
-        return self.tokenizer.pad_id
 
     @property
     def num_chars(self) -> int:
@@ -256,9 +242,6 @@ class CharWindows:
             f"{self.context} + 1 (stride {self.context}), {self.num_targets:,} predicted, "
             f"{self.unknown} unknown"
         )
-
-    def __repr__(self) -> str:
-        return f"CharWindows({self.describe()})"
 
 
 def load_kjv_chars(

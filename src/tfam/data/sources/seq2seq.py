@@ -18,14 +18,15 @@ import json
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from tfam.data.sword import VerseRef, parallel_verses
-from tfam.data.tokenizer import (
+from tfam.data.sources.cache import tfam_cache_dir
+from tfam.data.sources.sword import VerseRef, parallel_verses
+from tfam.data.text.dataset import TEXT_SPLITS, TokenDataset, split_of_book
+from tfam.data.text.tokenizer import (
     TOKENIZER_FILE,
     BPETokenizer,
     CharTokenizer,
@@ -39,20 +40,16 @@ __all__ = [
     "QUICK_EVAL_SIZE",
     "SYMBOL_TASKS",
     "TEST_BOOKS",
-    "TEXT_SPLITS",
     "VAL_BOOKS",
     "Seq2SeqDataset",
-    "TextDatasetInfo",
     "book_split",
     "kjv_rv_pairs",
     "kjv_rv_tokenizer",
     "load_kjv_rv",
     "load_symbol_task",
     "symbol_pairs",
-    "tfam_cache_dir",
 ]
 
-TEXT_SPLITS = ("train", "val", "test")
 KJV_RV_MODULES = ("engKJV2006eb", "spaRV1909eb")  # (source English, target Spanish)
 KJV_RV_VOCAB = 8000
 QUICK_EVAL_SIZE = 500  # a fixed, evenly spread subset for a quick BLEU (beam search is slow)
@@ -67,33 +64,9 @@ VAL_BOOKS = ("Ruth", "Eccl", "Jonah", "Gal")  # 503 verse pairs: a fast validati
 TEST_BOOKS = ("Josh", "Prov", "Acts", "1Cor")  # 3,016 verse pairs
 
 
-@dataclass(frozen=True)
-class TextDatasetInfo:
-    """What a text model needs to know about a dataset, without loading it: the tokenizer's
-    vocabulary size and special ids, the classes and head of a classifier (the
-    ``TASK_FACTS`` of its task), split sizes (examples: pairs, sentences or windows)."""
-
-    name: str
-    vocab_size: int
-    train_size: int
-    test_size: int
-    description: str
-    pad_token_id: int = 0
-    bos_token_id: int = 1
-    eos_token_id: int = 2
-    classes: tuple[str, ...] = ()  # no classes: DatasetEntry.classes reads it
-    val_size: int | None = None
-    num_labels: int | None = None  # classifiers: len(classes)
-    head: str | None = None  # BERT's head for the task: "sequence", "token", "mlm"
-
-
 def book_split(book: str) -> str:
     """The split ("train", "val" or "test") that a book (OSIS name) belongs to."""
-    if book in VAL_BOOKS:
-        return "val"
-    if book in TEST_BOOKS:
-        return "test"
-    return "train"
+    return split_of_book(book, VAL_BOOKS, TEST_BOOKS)
 
 
 def _check_split(split: str) -> str:
@@ -102,12 +75,7 @@ def _check_split(split: str) -> str:
     return split
 
 
-def tfam_cache_dir() -> Path:
-    """``$TFAM_CACHE`` or ``~/.cache/tfam``: where tfam keeps what it builds once (tokenizers)."""
-    return Path(os.environ.get("TFAM_CACHE") or Path.home() / ".cache" / "tfam").expanduser()
-
-
-class Seq2SeqDataset:
+class Seq2SeqDataset(TokenDataset):
     """(source, target) text pairs as token ids, encoded once, held in memory.
 
     ``ds[i]`` is ``(src_ids, tgt_ids)``: int64 tensors ``(Ls,)`` = tokens + [eos] and
@@ -165,15 +133,8 @@ class Seq2SeqDataset:
                 stacklevel=2,
             )
 
-    # The facts a model config must equal (TASK_FACTS["seq2seq"]).
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    @property
-    def pad_token_id(self) -> int:
-        return self.tokenizer.pad_id
-
+    # The facts a model config must equal (TASK_FACTS["seq2seq"]): vocab_size and pad_token_id
+    # from TokenDataset, and these.
     @property
     def bos_token_id(self) -> int:
         return self.tokenizer.bos_id

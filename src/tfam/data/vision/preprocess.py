@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tfam.data.imageio import open_image, resize_image, to_mode
+from tfam.data.vision.imageio import open_image, resize_image, to_mode
 
 PREPROCESS_NAME = "preprocess.json"
 SAMPLE_SPEC = re.compile(r"^(train|fit|val|test):(\d+)$")
