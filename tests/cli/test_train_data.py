@@ -121,6 +121,30 @@ def test_train_options_reach_train_config(tmp_path: Path, monkeypatch) -> None:
     assert c.warmup_epochs == pytest.approx(0.3)  # the recipe's 5, capped at epochs / 10
 
 
+def test_header_counts_threads_in_words(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The run's header says "1 thread", not "1 threads" (it printed the plural for one)."""
+
+    class Stop(Exception):
+        pass
+
+    def fake_fit(self, resume=False):
+        raise Stop
+
+    import tfam.training
+
+    monkeypatch.setattr(tfam.training.Trainer, "fit", fake_fit)
+    before = torch.get_num_threads()
+    try:
+        for threads, words in (("1", "1 thread ->"), ("2", "2 threads ->")):
+            argv = ["train", "vit", "--data", "digits", "--out", str(tmp_path / threads)]
+            argv += ["--set", "dim=16", "--set", "depth=1", "--set", "heads=2"]
+            with pytest.raises(Stop):
+                tfam.cli.main(argv + ["--threads", threads, "--epochs", "1"])
+            assert words in capsys.readouterr().out
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_explain_options_come_from_every_family_config() -> None:
     from tfam.config import config_class
     from tfam.models import MODEL_CLASSES

@@ -611,10 +611,11 @@ def run(args: argparse.Namespace) -> int:
             else f"batch {config.batch_size}"
         )
         budget = f" (at most {config.max_minutes:g} min)" if config.max_minutes else ""
+        threads = torch.get_num_threads()
         print(
             f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {_items(train_set, task)}, "
             f"{config.epochs} epochs{budget} of {batch}, lr {config.lr:g} ({config.schedule}), "
-            f"{torch.get_num_threads()} threads -> {out}",
+            f"{threads} thread{'s' if threads != 1 else ''} -> {out}",
             flush=True,
         )
     run_args = {
