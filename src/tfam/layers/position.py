@@ -313,8 +313,11 @@ class PositionScheme(nn.Module):
         return None
 
     def describe(self) -> str:
-        """One line: what this scheme does to the tokens or the attention."""
-        raise NotImplementedError
+        """One line: what this scheme does to the tokens or the attention (explain and viz
+        print it); every scheme defines its own."""
+        raise NotImplementedError(
+            f"position {self.name!r} ({type(self).__name__}) has no describe()"
+        )
 
     def extra_repr(self) -> str:
         shape = f"grid={self.grid}, prefix={self.prefix}" if self.grid else f"length={self.length}"
