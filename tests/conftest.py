@@ -25,6 +25,17 @@ def _seed_everything() -> None:
     torch.manual_seed(SEED)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module of tiny models: on a loaded 2-core machine two OpenMP
+    threads wait on each other (a tiny ViT forward took ~0.4 s against ~3 ms on one thread).
+    A module opts in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def rng() -> torch.Generator:
     """A private generator for tests that draw their own inputs (keeps module init separate)."""

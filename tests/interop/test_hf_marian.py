@@ -34,14 +34,12 @@ PAD = VOCAB - 1  # Marian's layout: the pad id is the last one and starts the de
 EOS = 0
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def quiet_transformers():
     transformers.logging.set_verbosity_error()
-    yield
-    torch.set_num_threads(before)
 
 
 def hf_config(**values: object) -> transformers.MarianConfig:

@@ -29,14 +29,7 @@ from tfam.layers.kernels import MathKernel  # noqa: E402
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a loaded 2-core machine the
-    thread hand-offs cost ~0.4 s per forward (measured) against ~3 ms on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # Tiny HF configs: (name, ViTConfig values). Image (24, 16) is 3x4 patches of (8, 4).

@@ -17,7 +17,7 @@ The tiny datasets are keyed by task name; a task registered later that subclasse
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,12 +31,7 @@ from tfam.training.tasks import Task, split_batch, task_for
 ITEMS = 6  # examples in a tiny dataset; even, so it halves
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Tiny(torch.utils.data.Dataset):

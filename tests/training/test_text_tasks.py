@@ -33,13 +33,7 @@ VOCAB = 50
 FIRST_WORD = 5  # ids of ordinary tokens: [FIRST_WORD, VOCAB)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: two OpenMP threads on the shared 2-core machine wait on each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def bert(head: str, num_labels: int = 2, seed: int = 0) -> torch.nn.Module:
