@@ -1,0 +1,89 @@
+"""Rough edges of `tfam train` (issue 21): each one a regression test. A fault is ONE line
+`tfam: error: ...` naming the option, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfam.training.runlock import RunLock
+from tfam.training.trainer import KILL_ENV, KILL_RANK_ENV
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+TINY = ["--set", "dim=16", "--set", "depth=1", "--set", "heads=2", "--set", "patch_size=4"]
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (KILL_ENV, KILL_RANK_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def tfam_cli(*args: str, env_extra: dict[str, str] | None = None, timeout: float = 300):
+    """`python -m tfam ARGS` in a subprocess with this checkout's source."""
+    return subprocess.run(
+        [sys.executable, "-m", "tfam", *args],
+        env=cli_env(env_extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The run failed with exit 2 and exactly one `tfam: error:` line, no traceback."""
+    assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("tfam: error: ") and "Traceback" not in done.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """Two classes of 8x8 RGB PNGs, 24 each: a dataset decoded per item (DataLoader workers)."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("dark", "light")):
+        (root / name).mkdir()
+        for i in range(24):
+            pixels = rng.integers(0, 128, (8, 8, 3)) + 100 * c
+            Image.fromarray(pixels.astype(np.uint8)).save(root / name / f"{i}.png")
+    return root
+
+
+# ---------------------------------------------------------------------------------------------
+# The run lock is the trainer's alone
+
+
+def test_resume_right_after_kill_9_with_workers(folder: Path, tmp_path: Path) -> None:
+    """DataLoader workers forked by the trainer must not hold its lock: they outlive a kill -9
+    by seconds, and a resume started at once was refused naming the dead trainer's pid."""
+    out = tmp_path / "run"
+    args = ["train", "vit", "--data", str(folder), "--out", str(out), *TINY, "--quiet"]
+    args += ["--epochs", "40", "--batch-size", "8", "--save-every", "2", "--num-workers", "2"]
+    # Output to a file, not a pipe: waiting for a pipe's end would wait for the workers too.
+    # Step 3 of 5 an epoch: the epoch's workers are alive when the trainer dies.
+    with open(tmp_path / "log.txt", "w") as log:
+        killed = subprocess.run(
+            [sys.executable, "-m", "tfam", *args],
+            env=cli_env({KILL_ENV: "3"}),
+            stdout=log,
+            stderr=log,
+            timeout=300,
+        )
+    assert killed.returncode == -9, (killed.returncode, (tmp_path / "log.txt").read_text())
+    with RunLock(out):  # free at once: no worker holds it (they lingered ~5 s after the kill)
+        pass
+    resumed = tfam_cli(*args, "--resume", "--max-steps", "6")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "in use by another training" not in resumed.stderr
