@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tfam.training import TrainConfig
 from tfam.training.runlock import RunLock
 from tfam.training.trainer import KILL_ENV, KILL_RANK_ENV
 
@@ -87,3 +89,64 @@ def test_resume_right_after_kill_9_with_workers(folder: Path, tmp_path: Path) ->
     resumed = tfam_cli(*args, "--resume", "--max-steps", "6")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "in use by another training" not in resumed.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# --set KEY=none
+
+
+def test_set_none_is_the_string_where_the_field_takes_a_string(tmp_path: Path, cli) -> None:
+    """`position` is a str field whose valid values include 'none' (no position embedding):
+    `--set position=none` was refused as "position=None is invalid: ... 'none'"."""
+    out = tmp_path / "run"
+    code, stdout, err = cli(
+        ["train", "vit", "--data", "digits", "--out", out, "--set", "position=none"]
+        + ["--set", "dim=16", "--set", "depth=1", "--set", "heads=2", "--max-steps", "1"]
+    )
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert config["position"] == "none"
+
+
+def test_none_as_text_keeps_none_for_optional_fields() -> None:
+    from tfam.cli.common import none_as_text, parse_sets
+    from tfam.config import config_class
+
+    sets = parse_sets(["position=none", "dim=none"])
+    assert none_as_text(sets, config_class("vit")) == {"position": "none", "dim": None}
+    assert none_as_text({"init": None}, TrainConfig) == {"init": None}  # str | None
+
+
+# ---------------------------------------------------------------------------------------------
+# A recipe's warmup in steps follows a shorter run
+
+
+def test_recipe_warmup_steps_scale_to_fewer_epochs(tmp_path: Path, cli) -> None:
+    """The reverse recipe warms up over 200 steps of its 10 epochs (1570 steps); `--epochs 1`
+    (157 steps) was refused for a warmup the user never gave."""
+    out = tmp_path / "run"
+    code, stdout, err = cli(
+        ["train", "transformer", "--data", "reverse", "--epochs", "1", "--max-steps", "1"]
+        + ["--out", out]
+    )
+    assert code == 0, err
+    saved = json.loads((out / "train_args.json").read_text())["train_config"]
+    assert saved["warmup_steps"] == 20  # 200 * 1/10
+    code, _, err = cli(
+        ["train", "transformer", "--data", "reverse", "--epochs", "1", "--max-steps", "1"]
+        + ["--warmup-steps", "200", "--out", tmp_path / "given"]
+    )
+    assert code == 2 and "--warmup-steps 200 is invalid" in err  # a value given is kept
+
+
+def test_recipe_warmup_steps_unchanged_for_the_recipe_length() -> None:
+    import argparse
+
+    from tfam.cli.train import _train_values
+    from tfam.data import resolve_data
+
+    entry = resolve_data("reverse")
+    values, _ = _train_values(argparse.Namespace(out="x"), None, entry)
+    assert values["warmup_steps"] == entry.recipe.train["warmup_steps"] == 200
+    values, _ = _train_values(argparse.Namespace(out="x", batch_size=128), None, entry)
+    assert values["warmup_steps"] == 100  # twice the batch: half the steps

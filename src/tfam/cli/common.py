@@ -33,6 +33,7 @@ __all__ = [
     "image_options",
     "option_error",
     "parse_pair",
+    "none_as_text",
     "parse_set",
     "parse_sets",
     "parse_value",
@@ -107,6 +108,17 @@ def parse_sets(
             )
         out[key] = value
     return out
+
+
+def none_as_text(values: dict[str, Any], cls: type) -> dict[str, Any]:
+    """``--set KEY=none`` for a field typed plain ``str`` is the string ``'none'`` (a position
+    scheme, a norm), since None is no valid value there; a field that may be None
+    (``str | None``, ``int | None``) keeps None. ``values`` from :func:`parse_sets`."""
+    hints = typing.get_type_hints(cls)
+    return {
+        key: "none" if value is None and hints.get(key) is str else value
+        for key, value in values.items()
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from tfam.cli.common import (
     add_dataclass_options,
     check_threads,
     field_option,
+    none_as_text,
     option_error,
     parse_sets,
     resolve_model,
@@ -338,6 +339,19 @@ def _train_values(
         # The recipe's warmup is meant for its own length; a shorter run warms up for a tenth
         # of its epochs at most, so it still gets its cosine decay.
         values["warmup_epochs"] = min(recipe_warmup, values["epochs"] / 10)
+    recipe_steps = entry.recipe.train.get("warmup_steps")
+    if recipe_steps and sources.get("warmup_steps", "").endswith("recipe"):
+        # A recipe's warmup in steps is a share (~10%) of its own run's steps: a run with
+        # fewer epochs or larger batches (fewer steps) keeps that share, never more steps.
+        share = 1.0
+        recipe_epochs = entry.recipe.train.get("epochs")
+        if recipe_epochs and values.get("epochs"):
+            share *= values["epochs"] / recipe_epochs
+        recipe_batch = entry.recipe.train.get("batch_size")
+        if recipe_batch and values.get("batch_size") and not values.get("batch_tokens"):
+            share *= recipe_batch / values["batch_size"]
+        if share < 1:
+            values["warmup_steps"] = max(1, round(recipe_steps * share))
     return values, sources
 
 
@@ -349,7 +363,9 @@ def _settings(args: argparse.Namespace, saved: dict[str, Any] | None, entry: Any
         given = getattr(args, name)
         settings[name] = given if given is not None else (saved or {}).get(name)
     if args.overrides is not None:
-        settings["overrides"] = parse_sets(args.overrides)
+        from tfam.config import config_class
+
+        settings["overrides"] = none_as_text(parse_sets(args.overrides), config_class(args.family))
     else:
         settings["overrides"] = dict((saved or {}).get("overrides") or {})
     if settings["threads"] is None:
