@@ -150,3 +150,62 @@ def test_recipe_warmup_steps_unchanged_for_the_recipe_length() -> None:
     assert values["warmup_steps"] == entry.recipe.train["warmup_steps"] == 200
     values, _ = _train_values(argparse.Namespace(out="x", batch_size=128), None, entry)
     assert values["warmup_steps"] == 100  # twice the batch: half the steps
+
+
+# ---------------------------------------------------------------------------------------------
+# --nproc: the device checked before torchrun, the header names the processes
+
+
+def test_nproc_with_a_missing_gpu_is_one_line(tmp_path: Path, cli, one_line, monkeypatch) -> None:
+    """Without CUDA, `--device cuda --nproc 2` printed torchrun's ~48-line ChildFailedError
+    report (every worker failed); without --nproc it was already one line."""
+    import torch
+
+    import tfam.training.distributed as D
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    launched = []
+    monkeypatch.setattr(D.subprocess, "call", lambda *a, **k: launched.append(a) or 0)
+    for device in ("cuda", "cuda:1", "mps"):
+        code, _, err = cli(
+            ["train", "vit", "--data", "digits", "--out", tmp_path / "run", "--device", device]
+            + ["--nproc", "2"]
+        )
+        assert code == 2
+        assert one_line(err).startswith(f"tfam: error: --device {device!r} is invalid (--nproc 2)")
+    assert launched == []  # torchrun never started
+    assert not (tmp_path / "run").exists()
+
+
+def test_check_launch_backend_and_gpu_count(monkeypatch) -> None:
+    import torch
+
+    from tfam.training.distributed import check_launch
+
+    assert check_launch(2, "cpu") == "gloo"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"^--nproc 2 is invalid with --device 'cuda': this "):
+        check_launch(2, "cuda")
+    with pytest.raises(ValueError, match=r"give --device cuda$"):
+        check_launch(2, "cuda:0")
+
+
+def test_processes_text() -> None:
+    from tfam.training.distributed import DistInfo, processes_text
+
+    assert processes_text(1, DistInfo()) == "1 thread"
+    assert processes_text(4, DistInfo()) == "4 threads"
+    assert processes_text(1, DistInfo(0, 2), "cpu") == "2 processes (gloo), 1 thread each"
+
+
+def test_nproc_2_header_names_the_processes_and_backend(tmp_path: Path) -> None:
+    """A real two-process CPU run under torchrun, two steps: rank 0's header says how it runs."""
+    done = tfam_cli(
+        "train", "vit", "--data", "digits", "--out", str(tmp_path / "run"), *TINY[:6],
+        "--threads", "1", "--max-steps", "2", "--batch-size", "16", "--nproc", "2",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    headers = [line for line in done.stdout.splitlines() if " parameters) on digits" in line]
+    assert len(headers) == 1, done.stdout  # rank 0 alone speaks
+    assert "2 processes (gloo), 1 thread each -> " in headers[0], headers[0]

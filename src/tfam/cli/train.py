@@ -532,7 +532,7 @@ def run(args: argparse.Namespace) -> int:
     import tfam
     from tfam.training import Trainer
     from tfam.training.callbacks import CurvesCallback
-    from tfam.training.distributed import dist_info
+    from tfam.training.distributed import dist_info, processes_text
     from tfam.training.tasks import task_for
     from tfam.viz import plot_curves
 
@@ -543,7 +543,11 @@ def run(args: argparse.Namespace) -> int:
             from tfam.training.distributed import launch
 
             argv = list(getattr(args, "argv", None) or sys.argv[1:])
-            return launch(args.nproc, _strip_nproc(argv))
+            # The device is checked here, before torchrun: a missing GPU is one line, not
+            # every worker's traceback.
+            return launch(
+                args.nproc, _strip_nproc(argv), device=getattr(args, "device", None) or "auto"
+            )
 
     data, asked = _data_spec(args)
     entry = _resolve_data(data)
@@ -627,11 +631,13 @@ def run(args: argparse.Namespace) -> int:
             else f"batch {config.batch_size}"
         )
         budget = f" (at most {config.max_minutes:g} min)" if config.max_minutes else ""
-        threads = torch.get_num_threads()
+        # "1 thread", or under torchrun "2 processes (gloo), 1 thread each".
+        compute = processes_text(torch.get_num_threads(), device=config.device)
+        epochs = f"{config.epochs} epoch{'s' if config.epochs != 1 else ''}"
         print(
             f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {_items(train_set, task)}, "
-            f"{config.epochs} epochs{budget} of {batch}, lr {config.lr:g} ({config.schedule}), "
-            f"{threads} thread{'s' if threads != 1 else ''} -> {out}",
+            f"{epochs}{budget} of {batch}, lr {config.lr:g} ({config.schedule}), "
+            f"{compute} -> {out}",
             flush=True,
         )
     run_args = {

@@ -32,12 +32,15 @@ __all__ = [
     "DistInfo",
     "all_gather_object",
     "all_reduce_sums",
+    "backend_for",
     "barrier",
+    "check_launch",
     "broadcast_object",
     "dist_info",
     "init_distributed",
     "launch",
     "launch_command",
+    "processes_text",
     "shard",
     "wrap_model",
 ]
@@ -96,7 +99,7 @@ def init_distributed(device: torch.device, timeout_s: float = 600.0) -> DistInfo
             f"WORLD_SIZE={info.world_size} is invalid here: this torch build has no "
             "torch.distributed"
         )
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = backend_for(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     kwargs: dict[str, Any] = {}
@@ -106,6 +109,67 @@ def init_distributed(device: torch.device, timeout_s: float = 600.0) -> DistInfo
         backend=backend, timeout=datetime.timedelta(seconds=float(timeout_s)), **kwargs
     )
     return dist_info()
+
+
+def backend_for(device: torch.device) -> str:
+    """The process group's backend for ``device``: NCCL on CUDA, gloo on the CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def check_launch(nproc: int, device: str = "auto") -> str:
+    """Check, before torchrun starts anything, that ``nproc`` local processes can run on
+    ``device`` (auto, cpu, cuda, cuda:N, mps) and return their backend ("gloo" or "nccl"):
+    a one-line ValueError naming ``--device`` or ``--nproc`` otherwise (torchrun would report
+    a worker's failure in ~50 lines ending in ChildFailedError)."""
+    from tfam.training.devices import resolve_device
+
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ValueError(f"--nproc {nproc!r} is invalid: expected an int >= 1")
+    try:
+        resolved = resolve_device(device, local_rank=0)
+    except ValueError as err:
+        reason = str(err).removeprefix(f"device={device!r} is invalid: ")
+        raise ValueError(f"--device {device!r} is invalid (--nproc {nproc}): {reason}") from None
+    if resolved.type == "mps":
+        raise ValueError(
+            f"--device {device!r} is invalid for --nproc {nproc}: torchrun runs on cpu or cuda "
+            "(one Apple GPU cannot be shared by several processes)"
+        )
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count()
+        if ":" in str(device):
+            raise ValueError(
+                f"--device {device!r} is invalid for --nproc {nproc}: each process takes the "
+                "GPU of its local rank; give --device cuda"
+            )
+        if nproc > count:
+            raise ValueError(
+                f"--nproc {nproc} is invalid with --device {device!r}: this machine has {count} "
+                "CUDA device(s), one per process"
+            )
+    backend = backend_for(resolved)
+    if not dist.is_available():
+        raise ValueError(f"--nproc {nproc} is invalid: this torch build has no torch.distributed")
+    available = dist.is_nccl_available() if backend == "nccl" else dist.is_gloo_available()
+    if not available:
+        raise ValueError(
+            f"--nproc {nproc} is invalid on {resolved.type}: this torch build has no {backend} "
+            "backend"
+        )
+    return backend
+
+
+def processes_text(threads: int, info: DistInfo | None = None, device: str = "auto") -> str:
+    """How a run computes, for its header: "1 thread", "4 threads", or under torchrun
+    "2 processes (gloo), 1 thread each" (the backend that ``device`` gets)."""
+    each = f"{threads} thread{'s' if threads != 1 else ''}"
+    info = dist_info() if info is None else info
+    if not info.enabled:
+        return each
+    from tfam.training.devices import resolve_device
+
+    backend = backend_for(resolve_device(device, local_rank=info.local_rank))
+    return f"{info.world_size} processes ({backend}), {each} each"
 
 
 def shard(indices: Tensor, info: DistInfo) -> Tensor:
@@ -208,8 +272,11 @@ def launch_command(nproc: int, argv: Sequence[str], module: str = "tfam") -> lis
     ]
 
 
-def launch(nproc: int, argv: Sequence[str], module: str = "tfam") -> int:
+def launch(nproc: int, argv: Sequence[str], module: str = "tfam", device: str = "auto") -> int:
     """Run ``python -m module *argv`` on ``nproc`` processes under torchrun and return its exit
     status (non-zero when any worker failed or was killed): ``launch(2, ["train", "vit",
-    "--data", "digits"])``. Pass ``argv`` without the option that asked for the launch."""
+    "--data", "digits"])``. Pass ``argv`` without the option that asked for the launch. The
+    device the workers will use (``--device`` in ``argv``) is checked first
+    (:func:`check_launch`): a one-line ValueError instead of torchrun's report."""
+    check_launch(nproc, device)
     return subprocess.call(launch_command(nproc, argv, module))
