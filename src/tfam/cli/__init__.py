@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
 def _one_line(err: BaseException) -> str:
     """The message of ``err`` on one line (the lines of a multi-line message joined)."""
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    if lines and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]:
+        # Re-raised from a DataLoader worker: torch puts the worker's traceback in the
+        # message; its last line is the error itself ("ValueError: image ... cannot be read").
+        return lines[-1].split(": ", 1)[-1]
     return " ".join(lines) if lines else type(err).__name__
 
 

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from tfam.data.sources.cache import tfam_cache_dir
+from tfam.data.sources.lines import decode_lines
 from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo, TokenDataset, check_text_split
 from tfam.data.text.wordpiece import MINILM_VOCAB_SIZE, WordPieceTokenizer, minilm_tokenizer
 
@@ -140,16 +141,23 @@ def read_rated_sentences(sdist: str | os.PathLike) -> list[RatedSentence]:
     except (tarfile.TarError, OSError, EOFError) as err:
         raise ValueError(f"{sdist} is not a readable vadersentiment source archive: {err}") from err
     out = []
-    for number, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+    where = f"{sdist}:{_RATINGS_FILE}"
+    for number, line in enumerate(decode_lines(raw, where), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")
         if len(fields) != 3:
             raise ValueError(
-                f"{sdist}:{_RATINGS_FILE} line {number} has {len(fields)} tab-separated fields; "
+                f"{where} line {number} has {len(fields)} tab-separated fields; "
                 "expected 3 (id, mean rating, sentence)"
             )
-        out.append(RatedSentence(int(fields[0]), float(fields[1]), fields[2].strip()))
+        try:
+            out.append(RatedSentence(int(fields[0]), float(fields[1]), fields[2].strip()))
+        except ValueError:
+            raise ValueError(
+                f"{where} line {number}: id {fields[0]!r} and mean rating {fields[1]!r} are "
+                "invalid: expected an integer and a number"
+            ) from None
     return out
 
 

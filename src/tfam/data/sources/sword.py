@@ -17,7 +17,9 @@ import functools
 import html
 import os
 import re
+import struct
 import unicodedata
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -97,6 +99,11 @@ def find_module(name: str) -> tuple[Path, str]:
     raise FileNotFoundError(f"SWORD module {name!r} not found in {where}; {hint}")
 
 
+# What a damaged module raises inside pysword when it is opened (missing or unreadable data
+# files, a bad .conf); pysword itself reads a damaged block as an empty verse.
+_BROKEN = (OSError, EOFError, ValueError, IndexError, KeyError, struct.error, zlib.error)
+
+
 @functools.lru_cache(maxsize=8)
 def _open_bible(name: str):  # noqa: ANN202  (a pysword SwordBible)
     try:
@@ -104,9 +111,15 @@ def _open_bible(name: str):  # noqa: ANN202  (a pysword SwordBible)
     except ImportError as err:  # a runtime dependency; say how to get it
         raise ImportError("reading SWORD Bibles needs pysword: pip install pysword") from err
     path, spelled = find_module(name)
-    modules = SwordModules(str(path))
-    modules.parse_modules()
-    bible = modules.get_bible_from_module(spelled)
+    try:
+        modules = SwordModules(str(path))
+        modules.parse_modules()
+        bible = modules.get_bible_from_module(spelled)
+    except _BROKEN as err:
+        raise ValueError(
+            f"SWORD module {name!r} in {path} cannot be read ({type(err).__name__}: {err}); "
+            "reinstall it"
+        ) from None
     # pysword decompresses a verse's whole block (a book here) for every verse it reads: 4.8 min
     # for two Bibles on this 2-core machine. Remembering the last blocks makes it seconds.
     bible._decompressed_text = functools.lru_cache(maxsize=4)(bible._decompressed_text)

@@ -36,12 +36,13 @@ import importlib.metadata
 import os
 import sysconfig
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from tfam.data.sources.lines import read_lines
 from tfam.data.text.dataset import TextDatasetInfo, TokenDataset, check_text_split
 from tfam.data.text.wordpiece import MINILM_VOCAB_SIZE, WordPieceTokenizer, minilm_tokenizer
 
@@ -106,48 +107,55 @@ TURKISH_POS_INFO = TextDatasetInfo.of_splits(
 
 @dataclass(frozen=True)
 class ConlluSentence:
-    """A CoNLL-U sentence: its ``sent_id`` comment, its words (FORM) and their UPOS tags."""
+    """A CoNLL-U sentence: its ``sent_id`` comment, its words (FORM) and their UPOS tags, and
+    where it starts (``FILE:LINE`` of its first word line, for error messages)."""
 
     sent_id: str
     words: tuple[str, ...]
     tags: tuple[str, ...]
+    source: str = field(default="", compare=False)
 
 
 def read_conllu(path: str | os.PathLike) -> list[ConlluSentence]:
     """The sentences of a CoNLL-U file in file order (FORM and UPOS of each word line;
     multiword-token ranges ``3-4`` and empty nodes ``3.1`` skipped); ValueError naming the file
-    and line of a malformed one."""
+    and line of a malformed one (a wrong field count, an ID that is not a number, a byte that
+    is not UTF-8)."""
     path = Path(path)
     out: list[ConlluSentence] = []
-    sent_id, words, tags = "", [], []
+    sent_id, words, tags, first = "", [], [], 0
 
     def finish() -> None:
         nonlocal sent_id, words, tags
         if words:
-            out.append(
-                ConlluSentence(sent_id or f"{path.name}:{len(out)}", tuple(words), tuple(tags))
-            )
+            name = sent_id or f"{path.name}:{len(out)}"
+            out.append(ConlluSentence(name, tuple(words), tuple(tags), f"{path}:{first}"))
         sent_id, words, tags = "", [], []
 
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                finish()
-            elif line.startswith("#"):
-                if line.startswith("# sent_id = "):
-                    sent_id = line[len("# sent_id = ") :].strip()
-            else:
-                fields = line.split("\t")
-                if len(fields) != 10:
-                    raise ValueError(
-                        f"{path}:{number} has {len(fields)} tab-separated fields; a CoNLL-U word "
-                        "line has 10"
-                    )
-                if "-" in fields[0] or "." in fields[0]:
-                    continue  # a multiword token's range or an empty node: not a word to tag
-                words.append(fields[1])
-                tags.append(fields[3])
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            finish()
+        elif line.startswith("#"):
+            if line.startswith("# sent_id = "):
+                sent_id = line[len("# sent_id = ") :].strip()
+        else:
+            fields = line.split("\t")
+            if len(fields) != 10:
+                raise ValueError(
+                    f"{path}:{number} has {len(fields)} tab-separated fields; a CoNLL-U word "
+                    "line has 10"
+                )
+            if "-" in fields[0] or "." in fields[0]:
+                continue  # a multiword token's range or an empty node: not a word to tag
+            if not fields[0].isdigit():
+                raise ValueError(
+                    f"{path}:{number} has ID {fields[0]!r}; a CoNLL-U word line starts with its "
+                    "word index (1, 2, ...)"
+                )
+            if not words:
+                first = number
+            words.append(fields[1])
+            tags.append(fields[3])
     finish()
     return out
 
@@ -216,8 +224,10 @@ class TaggingDataset(TokenDataset):
         index = {tag: i for i, tag in enumerate(self.classes)}
         unknown = sorted({t for s in sentences for t in s.tags} - set(index))
         if unknown:
+            first = next(s for s in sentences if unknown[0] in s.tags)
+            where = f" (the sentence at {first.source})" if first.source else ""
             raise ValueError(
-                f"{name or 'treebank'}: tags {unknown[:5]} are not classes; valid tags: "
+                f"{name or 'treebank'}: tags {unknown[:5]} are not classes{where}; valid tags: "
                 f"{', '.join(self.classes)}"
             )
         self.words = [list(s.words) for s in sentences]
