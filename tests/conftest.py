@@ -1,4 +1,5 @@
-"""Shared fixtures: a seeded RNG for every test and float64 reference formulas.
+"""Shared fixtures: a seeded RNG for every test and float64 reference formulas, and
+``requires_data`` for the tests that need a data set installed outside pip.
 
 The thread count is left alone on purpose: tests must pass with whatever the machine gives.
 """
@@ -6,6 +7,7 @@ The thread count is left alone on purpose: tests must pass with whatever the mac
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Callable
 
@@ -15,6 +17,107 @@ import torch
 from torch import Tensor
 
 SEED = 0
+
+# ---------------------------------------------------------------------------------------------
+# Data sets that `make data` / `make install` put outside the repository
+
+# Each name (the catalog's, plus "minilm" for the packaged weights) -> the finders whose
+# FileNotFoundError says it is absent and how to install it: (module, function, arguments).
+_DATA_FINDERS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+    "fashion-mnist": (("tfam.data.sources.images", "find_fashion_mnist", ()),),
+    "kjv": (("tfam.data.sources.sword", "find_module", ("engKJV2006eb",)),),
+    "kjv-rv": (
+        ("tfam.data.sources.sword", "find_module", ("engKJV2006eb",)),
+        ("tfam.data.sources.sword", "find_module", ("spaRV1909eb",)),
+    ),
+    "sentiment": (("tfam.data.sources.sentiment", "find_sentiment_sdist", ()),),
+    "turkish-pos": (("tfam.data.sources.treebank", "treebank_files", ()),),
+    "minilm": (("tfam.data.text.wordpiece", "minilm_dir", ()),),
+}
+# TFAM_TEST_HIDE_DATA=fashion-mnist,minilm (or "all") makes those data sets absent for this test
+# run, to check that every test needing one is skipped with the reason, not failed.
+HIDE_ENV = "TFAM_TEST_HIDE_DATA"
+
+
+def _hidden() -> set[str]:
+    names = {n.strip() for n in os.environ.get(HIDE_ENV, "").split(",") if n.strip()}
+    if "all" in names:
+        return set(_DATA_FINDERS)
+    unknown = names - set(_DATA_FINDERS)
+    if unknown:
+        raise ValueError(f"{HIDE_ENV}: {sorted(unknown)} unknown; valid: {sorted(_DATA_FINDERS)}")
+    return names
+
+
+def _hide_data(names: set[str]) -> None:
+    """Make ``names`` absent for this run by emptying the places their finders search (so the
+    finders still give their own messages, and tests that point them elsewhere still work)."""
+    import tempfile
+    from pathlib import Path
+
+    from tfam.data.sources import images, sword, treebank
+    from tfam.data.text import wordpiece
+
+    for name in names:
+        if name == "fashion-mnist":
+            images.FASHION_MNIST_DIRS[:] = []
+            os.environ.pop("TFAM_DATA", None)
+        elif name in ("kjv", "kjv-rv"):
+            sword.sword_paths = lambda: [
+                Path(p) for p in os.environ.get("SWORD_PATH", "").split(os.pathsep) if p
+            ]
+        elif name == "sentiment":  # an empty cache (subprocesses inherit it too)
+            os.environ["TFAM_CACHE"] = tempfile.mkdtemp(prefix="tfam-hidden-cache-")
+            os.environ.pop("TFAM_DATA", None)
+        elif name == "turkish-pos":
+            treebank.TREEBANK_FILES = ("data/hidden-web.conllu", "data/hidden-wiki.conllu")
+        elif name == "minilm":
+            wordpiece.MINILM_PACKAGE = "tfam_hidden_minilm"
+
+
+def data_missing(name: str) -> str | None:
+    """Why data set ``name`` cannot be used here (the finder's message: where it looked and
+    how to install it), or None when it is installed."""
+    import importlib
+
+    for module_name, function, args in _DATA_FINDERS[name]:
+        try:
+            getattr(importlib.import_module(module_name), function)(*args)
+        except FileNotFoundError as err:
+            return str(err).splitlines()[0]
+    return None
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "requires_data(*names): skipped, with the reason, when one of these data sets is not "
+        "installed (fashion-mnist, kjv, kjv-rv, sentiment, turkish-pos, minilm; `make data`, "
+        "`make install`)",
+    )
+    hidden = _hidden()
+    if hidden:
+        _hide_data(hidden)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """``@pytest.mark.requires_data("fashion-mnist")`` on a test (or ``pytestmark`` on a module):
+    skipped with the finder's reason when a named data set is absent, before any fixture runs."""
+    missing: dict[str, str | None] = {}
+    for item in items:
+        for mark in item.iter_markers("requires_data"):
+            for name in mark.args:
+                if name not in _DATA_FINDERS:
+                    raise ValueError(
+                        f"{item.nodeid}: requires_data({name!r}): expected one of "
+                        f"{sorted(_DATA_FINDERS)}"
+                    )
+                if name not in missing:
+                    missing[name] = data_missing(name)
+                if missing[name]:
+                    item.add_marker(
+                        pytest.mark.skip(reason=f"{name} is not installed: {missing[name]}")
+                    )
 
 
 @pytest.fixture(autouse=True)

@@ -299,6 +299,7 @@ def sentiment_run(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.requires_data("sentiment", "minilm")
 def test_train_task_writes_labels_and_eval_reads_them(cli, one_line, sentiment_run: Path) -> None:
     labels = json.loads((sentiment_run / "labels.json").read_text())
     assert labels == {
@@ -334,6 +335,7 @@ def test_train_data_and_task_exclusive(cli, one_line, tmp_path) -> None:
     assert code == 2 and "--data is required" in one_line(err)
 
 
+@pytest.mark.requires_data("sentiment", "minilm", "turkish-pos")
 def test_tagger_from_a_sentiment_run_says_the_head_is_fresh(cli, sentiment_run, tmp_path) -> None:
     argv = ["train", "bert", "--task", "pos", "--out", tmp_path / "pos", *TRAIN_TINY]
     argv[argv.index("none")] = str(sentiment_run)  # --init the sentiment run
@@ -353,6 +355,7 @@ def test_tagger_from_a_sentiment_run_says_the_head_is_fresh(cli, sentiment_run, 
     assert "words)" in out
 
 
+@pytest.mark.requires_data("kjv")
 def test_gpt_kjv_run_eval_and_generate(cli, tmp_path) -> None:
     out_dir = tmp_path / "kjv"
     argv = ["train", "gpt", "--data", "kjv", "--out", out_dir, "--set", "dim=16"]

@@ -262,7 +262,7 @@ def test_nproc_launches_torchrun_with_the_same_command(monkeypatch, cli) -> None
     import tfam.training.distributed as distributed
 
     calls = []
-    monkeypatch.setattr(distributed, "launch", lambda n, argv: calls.append((n, argv)) or 0)
+    monkeypatch.setattr(distributed, "launch", lambda n, argv, **kw: calls.append((n, argv)) or 0)
     argv = ["train", "vit", "--data", "digits", "--nproc", "2", "--epochs", "1", "--quiet"]
     code, _, err = cli(argv)
     assert code == 0, err

@@ -34,18 +34,7 @@ from tfam.data.text.tokenizer import (
 KJV, RV = "engKJV2006eb", "spaRV1909eb"
 
 
-def _have(module: str) -> bool:
-    try:
-        sword.find_module(module)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-needs_sword = pytest.mark.skipif(
-    not (_have(KJV) and _have(RV)),
-    reason="SWORD modules absent: apt-get install sword-text-kjv sword-text-sparv (make data)",
-)
+needs_sword = pytest.mark.requires_data("kjv-rv")  # skipped with the reason when absent
 
 # Verses written out here so the tokenizer tests need no Debian package.
 ENGLISH = [

