@@ -132,15 +132,15 @@ def check_launch(nproc: int, device: str = "auto") -> str:
         raise ValueError(f"--device {device!r} is invalid (--nproc {nproc}): {reason}") from None
     if resolved.type == "mps":
         raise ValueError(
-            f"--device {device!r} is invalid for --nproc {nproc}: torchrun runs on cpu or cuda "
+            f"--device {device!r} is invalid (--nproc {nproc}): torchrun runs on cpu or cuda "
             "(one Apple GPU cannot be shared by several processes)"
         )
     if resolved.type == "cuda":
         count = torch.cuda.device_count()
         if ":" in str(device):
             raise ValueError(
-                f"--device {device!r} is invalid for --nproc {nproc}: each process takes the "
-                "GPU of its local rank; give --device cuda"
+                f"--device {device!r} is invalid (--nproc {nproc}): each process takes the GPU "
+                "of its local rank; give --device cuda"
             )
         if nproc > count:
             raise ValueError(
