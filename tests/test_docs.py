@@ -84,6 +84,9 @@ def shell_commands(block: Block) -> list[tuple[int, list[str]]]:
             pending = pending[:-1] + " "
             continue
         words, pending = shlex.split(pending, comments=True), ""
+        for stop in ("|", "&&", ";", ">", "2>", ">>", "<"):  # the command ends at a pipe
+            if stop in words:
+                words = words[: words.index(stop)]
         if words[:1] == ["tfam"]:
             out.append((first, words[1:]))
         elif words[:1] == ["torchrun"] and "-m" in words:
@@ -175,6 +178,19 @@ def test_a_misspelled_option_fails_the_parse(capsys) -> None:
     with pytest.raises(AssertionError, match="does not parse"):
         parse(["trian", "vit"])
     capsys.readouterr()
+
+
+def test_shell_commands_are_cut_at_pipes_and_joined_at_backslashes() -> None:
+    block = Block(
+        "x.md", 1, "bash",
+        "tfam explain vit_tiny | head -3   # a comment\nmake demo\n"
+        "torchrun --nproc_per_node 2 -m tfam train vit \\\n   --data digits\n",
+        None,
+    )  # fmt: skip
+    assert shell_commands(block) == [
+        (2, ["explain", "vit_tiny"]),
+        (4, ["train", "vit", "--data", "digits"]),
+    ]
 
 
 def test_not_run_marks_are_read(tmp_path: Path) -> None:
