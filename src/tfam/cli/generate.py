@@ -182,6 +182,7 @@ def prompt_ids(run: LMRun, args: argparse.Namespace) -> list[int]:
     """The prompt's ids, checked: encodable, non-empty unless the model has a bos token (then
     [bos] starts an empty prompt). A prompt longer than the context is kept whole (it is printed
     back) and the model reads its last tokens, which a note says."""
+    from tfam.cli.common import check_utf8
     from tfam.cli.text import check_encodable
 
     c = run.model.config
@@ -189,6 +190,7 @@ def prompt_ids(run: LMRun, args: argparse.Namespace) -> list[int]:
         ids = parse_ids(args.ids, c.vocab_size)
         name = "--ids"
     else:
+        check_utf8(args.prompt, "--prompt")
         ids = list(run.tokenizer.encode(args.prompt))
         check_encodable(run.tokenizer, args.prompt, ids, "--prompt")
         name = "--prompt"

@@ -1,0 +1,100 @@
+"""Rough edges of the commands other than train (issue 21): each bad input is one line naming
+the option, file or command, exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tfam
+from tfam.cli.common import read_texts
+from tfam.explain import explain
+
+# --- explain --seq-len ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "small"),
+    [
+        ("gpt_char_small", dict(max_positions=48)),
+        ("bert", dict(max_positions=48, depth=2)),
+        ("transformer", dict(max_positions=48, depth=1, decoder_depth=1)),
+    ],
+)
+def test_explain_at_a_sequence_length_is_the_model_of_that_context(name: str, small: dict):
+    """The FLOPs at --seq-len 48 are those of the same model whose context is 48 (a learned
+    position table's rows are parameters, not FLOPs)."""
+    overrides = {k: v for k, v in small.items() if k != "max_positions"}
+    at = explain(name, seq_len=48, **overrides)
+    short = explain(name, **small)
+    assert at.total_flops == short.total_flops
+    assert at.total_flops < explain(name, **overrides).total_flops
+    assert 48 in at.symbols.values()
+    assert "48 tokens (of max_positions = " in at.to_text()
+
+
+def test_explain_seq_len_on_the_command_line(cli) -> None:
+    code, out, err = cli(["explain", "gpt_char_small", "--seq-len", "64", "--json"])
+    assert code == 0, err
+    assert '"L": 64' in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["gpt_char_small", "--seq-len", "129"], "--seq-len 129 is invalid: expected an int from"),
+        (["bert", "--seq-len", "0"], "--seq-len 0 is invalid"),
+        (["vit_digits", "--seq-len", "16"], "--seq-len 16 is invalid: the 'vit' family reads"),
+    ],
+)
+def test_explain_bad_seq_len_is_one_line(cli, one_line, argv, named) -> None:
+    code, out, err = cli(["explain", *argv])
+    assert code == 2 and out == ""
+    assert named in one_line(err)
+
+
+# --- text that is not UTF-8 -------------------------------------------------------------------
+
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    """stdin as Python opens it under C.UTF-8: bad bytes kept as lone surrogates."""
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdin", stream)
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    """A tiny random BERT saved as a run directory (no tokenizer: stdin is read first)."""
+    path = tmp_path_factory.mktemp("bert")
+    torch.manual_seed(0)
+    tfam.create_model(
+        "bert", dim=16, depth=1, heads=2, vocab_size=40, max_positions=16
+    ).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["translate", "embed", "predict"])
+def test_stdin_that_is_not_utf8_is_one_line(cli, one_line, monkeypatch, bert_dir, command):
+    _stdin(monkeypatch, b"a fine film\ncaf\xe9 au lait\n")
+    code, out, err = cli([command, bert_dir, "-"])
+    assert code == 2 and out == ""
+    assert "stdin line 2 is not UTF-8 text: byte 0xe9 at byte 4" in one_line(err)
+
+
+def test_arguments_that_are_not_utf8_are_one_line(cli, one_line, tmp_path) -> None:
+    code, _, err = cli(["embed", tmp_path, "good", "caf\udce9"])
+    assert code == 2
+    assert "TEXT 2 is not UTF-8 text: byte 0xe9 at character 4" in one_line(err)
+
+
+def test_stdin_utf8_with_a_byte_order_mark_reads() -> None:
+    data = "\ufeffcafé\r\nthé\n".encode()
+    stream = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+    assert read_texts([], "embed", stdin=stream) == (
+        ["café", "thé"],
+        ["stdin line 1", "stdin line 2"],
+    )
