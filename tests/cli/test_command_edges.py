@@ -4,6 +4,7 @@ the option, file or command, exit 2, never a traceback."""
 from __future__ import annotations
 
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -98,3 +99,29 @@ def test_stdin_utf8_with_a_byte_order_mark_reads() -> None:
         ["café", "thé"],
         ["stdin line 1", "stdin line 2"],
     )
+
+
+# --- eval: an image run on text data -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image_run(tmp_path_factory) -> Path:
+    """A tiny random ViT on 8x8 grey images of 3 classes, with its preprocess.json."""
+    path = tmp_path_factory.mktemp("vit")
+    torch.manual_seed(0)
+    tfam.create_model(
+        "vit", image_size=8, patch_size=4, in_channels=1, num_classes=3, dim=16, depth=1, heads=2
+    ).save_pretrained(path)
+    pre = dict(dataset="digits", image_size=[8, 8], in_channels=1, mean=[0.5], std=[0.25])
+    pre.update(classes=["a", "b", "c"], pixel_scale=255.0)
+    (path / "preprocess.json").write_text(json.dumps(pre))
+    return path
+
+
+@pytest.mark.parametrize("data", ["copy", "sentiment", "kjv"])
+def test_eval_image_run_on_text_data_is_one_line(cli, one_line, image_run: Path, data) -> None:
+    code, out, err = cli(["eval", image_run, "--data", data])
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert f"--data {data} is a " in line
+    assert "is an image classifier (ViT)" in line and "digits" in line
