@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,87 @@ def test_eval_image_run_on_text_data_is_one_line(cli, one_line, image_run: Path,
     line = one_line(err)
     assert f"--data {data} is a " in line
     assert "is an image classifier (ViT)" in line and "digits" in line
+
+
+# --- convert: weights that are not plain, warnings as tfam lines ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def hf_gpt2(tmp_path_factory) -> Path:
+    """A tiny Hugging Face GPT-2 directory (config.json + model.safetensors)."""
+    transformers = pytest.importorskip("transformers")
+    path = tmp_path_factory.mktemp("hf_gpt2")
+    config = transformers.GPT2Config(
+        n_embd=16, n_layer=1, n_head=2, vocab_size=50, n_positions=32, bos_token_id=0,
+        eos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(path)
+    return path
+
+
+def _bin_dir(src: Path, dest: Path, kind: str) -> Path:
+    """src's config with a pytorch_model.bin of one kind in place of its safetensors."""
+    import zipfile
+
+    from safetensors.torch import load_file
+
+    dest.mkdir()
+    shutil.copy(src / "config.json", dest / "config.json")
+    weights, path = load_file(src / "model.safetensors"), dest / "pytorch_model.bin"
+    if kind == "state dict":
+        torch.save(weights, path)
+    elif kind == "pickled model":
+        torch.save(torch.nn.Linear(2, 2), path)
+    elif kind == "foreign zip":
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("hello.txt", "hi")
+    elif kind == "junk":
+        path.write_bytes(b"not a torch file")
+    elif kind == "tensor":
+        torch.save(torch.zeros(3), path)
+    return dest
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("pickled model", "it is a pickled Python object (torch.nn.modules.linear.Linear)"),
+        ("foreign zip", "torch.load cannot read it (file in archive is not in a subdirectory"),
+        ("junk", "it is not a file torch.save wrote ("),
+        ("tensor", "it holds a Tensor, not a dict of tensors"),
+    ],
+)
+def test_convert_bin_that_is_not_plain_weights_is_one_line(
+    cli, one_line, hf_gpt2: Path, tmp_path: Path, kind: str, reason: str
+) -> None:
+    src = _bin_dir(hf_gpt2, tmp_path / "src", kind)
+    code, out, err = cli(["convert", "hf-to-tfam", src, tmp_path / "out"])
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert f"{src / 'pytorch_model.bin'} is not plain weights: {reason}" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_plain_bin_weights_still_convert(cli, hf_gpt2: Path, tmp_path: Path) -> None:
+    src = _bin_dir(hf_gpt2, tmp_path / "src", "state dict")
+    code, out, err = cli(["convert", "hf-to-tfam", src, tmp_path / "out"])
+    assert code == 0, err
+    assert "(ok, atol" in out
+
+
+def test_cli_shows_python_warnings_as_tfam_lines(cli, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = tfam.create_model(
+        "gpt", dim=16, depth=1, heads=2, vocab_size=50, max_positions=32, drop_path=0.1
+    )
+    model.save_pretrained(tmp_path / "gpt")
+    before = warnings.showwarning
+    code, out, err = cli(["convert", "tfam-to-hf", tmp_path / "gpt", tmp_path / "hf"])
+    assert code == 0, err
+    assert err.splitlines() == [
+        "tfam: warning: drop_path=0.1 is dropped: GPT-2 has no stochastic depth (eval outputs "
+        "are unchanged; training the HF model will differ)"
+    ]
+    assert warnings.showwarning is before  # restored when main returns
