@@ -211,3 +211,60 @@ def test_cli_shows_python_warnings_as_tfam_lines(cli, tmp_path: Path) -> None:
         "are unchanged; training the HF model will differ)"
     ]
     assert warnings.showwarning is before  # restored when main returns
+
+
+# --- viz curves on a bad file, viz pos on a GPT ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"\xff\xfeepoch\n", "is not a metrics CSV: line 1 is not UTF-8 text (byte 0xff)"),
+        (b"epoch,train_loss\n1,0.5\n2,\xe9\n", "line 3 is not UTF-8 text (byte 0xe9)"),
+        (b'epoch,train_loss\n1,"' + b"x" * 200_000 + b'"\n', "line 2: field larger than"),
+        (b"", "is empty: expected a header row"),
+    ],
+)
+def test_viz_curves_on_a_bad_file_names_it(cli, one_line, tmp_path: Path, content, said) -> None:
+    (tmp_path / "metrics.csv").write_bytes(content)
+    code, out, err = cli(["viz", "curves", tmp_path])
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert str(tmp_path / "metrics.csv") in line and said in line
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal"])
+def test_viz_pos_draws_a_gpt_s_positions(cli, tmp_path: Path, position: str) -> None:
+    from tfam.viz import plot_position_similarity, sequence_position_similarity
+
+    torch.manual_seed(0)
+    model = tfam.create_model(
+        "gpt", dim=16, depth=1, heads=2, vocab_size=20, max_positions=24, position=position
+    )
+    model.save_pretrained(tmp_path / "gpt")
+    code, out, err = cli(["viz", "pos", tmp_path / "gpt", "--out", tmp_path / "pos.png"])
+    assert code == 0, err
+    assert out == f"position embedding similarity: {tmp_path / 'pos.png'}\n"
+    assert (tmp_path / "pos.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sim = sequence_position_similarity(model)
+    table = model.pos_embed if position == "learned" else model.position.table
+    unit = torch.nn.functional.normalize(table.detach(), dim=-1)
+    torch.testing.assert_close(sim, unit @ unit.T)
+    fig = plot_position_similarity(model)
+    assert "(24 positions)" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides", "said"),
+    [
+        ("gpt", dict(position="rope"), "position='rope': the model has no position embeddings"),
+        ("bert", {}, "Bert has no position table of its own to draw: viz pos draws a ViT's"),
+    ],
+)
+def test_viz_pos_without_a_table_is_one_line(cli, one_line, tmp_path, family, overrides, said):
+    tfam.create_model(
+        family, dim=16, depth=1, heads=2, vocab_size=20, max_positions=24, **overrides
+    ).save_pretrained(tmp_path / "run")
+    code, out, err = cli(["viz", "pos", tmp_path / "run"])
+    assert code == 2 and out == ""
+    assert said in one_line(err)
