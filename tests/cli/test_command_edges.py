@@ -17,6 +17,8 @@ import tfam
 from tfam.cli.common import read_texts
 from tfam.explain import explain
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # --- explain --seq-len ------------------------------------------------------------------------
 
 

@@ -11,13 +11,25 @@ import tfam
 from tfam.generation import warp_logits
 
 CONTEXT = 12
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 POSITIONS = ["learned", "sinusoidal", "rope", "alibi"]
 
 
 def tiny(position: str) -> tfam.models.GPT:
+    """Two blocks (a one-block model cannot tell a rolling cache from the crop) with weights
+    large enough that attention decides tokens (at GPT-2's init_std of 0.02 a random model's
+    tokens hardly depend on what it attends to)."""
     torch.manual_seed(0)
     return tfam.create_model(
-        "gpt", dim=24, depth=2, heads=3, vocab_size=30, max_positions=CONTEXT, position=position
+        "gpt",
+        dim=24,
+        depth=2,
+        heads=3,
+        vocab_size=30,
+        max_positions=CONTEXT,
+        position=position,
+        init_std=0.3,
     ).eval()
 
 
