@@ -9,6 +9,7 @@ import torch
 
 import tfam
 from tfam.generation import warp_logits
+from tfam.layers.position import TokenPositions
 
 CONTEXT = 12
 
@@ -138,3 +139,31 @@ def test_the_encoder_decoder_keeps_its_limit():
     assert model.decoding_window() is None
     with pytest.raises(ValueError, match="max_new_tokens=9 is invalid: the decoder has"):
         model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=9)
+
+
+def band_logits(model: tfam.models.GPT, ids: torch.Tensor) -> torch.Tensor:
+    """What a rolling KV cache (the last CONTEXT keys and values kept) would compute for a
+    relative scheme: at every block each token attends to the last CONTEXT tokens up to it,
+    a band over the whole sequence. -> the last position's logits (B, V)."""
+    length = ids.shape[1]
+    i = torch.arange(length)
+    band = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < CONTEXT)
+    where = TokenPositions(0, length)
+    x = model.position.add(model.tok_embed(ids), where, model.pos_embed)
+    x, _ = model.stack(x, mask=band[None, None], positions=where)
+    return model.lm_head(model.norm(x))[:, -1]
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_a_rolling_cache_is_not_the_crop(position: str):
+    """Why the window is re-encoded rather than its cache rolled: from the second block on, a
+    kept key was computed while tokens now out of the window were still read, so the rolling
+    cache's logits differ from the crop's (they agree for one block)."""
+    seq = torch.randint(0, 30, (2, 3 * CONTEXT), generator=torch.Generator().manual_seed(0))
+    model = tiny(position)
+    with torch.no_grad():
+        crop = model(seq[:, -CONTEXT:])[:, -1]
+        assert (band_logits(model, seq) - crop).abs().max() > 0.1
+        one_block = tiny(position)
+        one_block.stack.blocks = one_block.stack.blocks[:1]
+        torch.testing.assert_close(band_logits(one_block, seq), one_block(seq[:, -CONTEXT:])[:, -1])
