@@ -37,8 +37,9 @@ from tfam.models.registry import register_preset
 @dataclass
 class GPTConfig(BaseConfig):
     """A decoder-only language model; the defaults are GPT-2 (124M)'s shape. ``max_positions`` is the
-    context: the longest sequence (prompt plus generated tokens) the model takes. Special ids
-    may be None (GPT-2 has no padding token)."""
+    context: the longest sequence one forward takes (``generate`` slides past it, reading the
+    last ``max_positions`` tokens at each step). Special ids may be None (GPT-2 has no padding
+    token)."""
 
     family: ClassVar[str] = "gpt"
     # Every scheme over a 1-D sequence: the tokens' positions are counted per row.
