@@ -9,6 +9,13 @@ Transformer, GPT, iGPT): a family mixes in :class:`GenerationMixin` and implemen
         # ids (B, n): the new tokens (cached) or the whole sequence so far (uncached)
         # -> (B, V) scores of the next token
 
+A decoder-only family with a fixed context says so with ``decoding_window()``: past it,
+generation slides the window as nanoGPT crops its input. Each step then re-encodes the last
+``window`` tokens without the cache (``DecodingState.slide``), which is exactly the reference
+``model(ids[:, -window:])[:, -1]``. A rolling KV cache would not be: from the second layer on, a
+cached key was computed from tokens that have since left the window, whatever the position
+scheme (relative ones included), so it is a different model of the text.
+
 Argument names follow Hugging Face's ``generate`` so its users feel at home.
 """
 
@@ -45,6 +52,17 @@ class DecodingState:
         }
         if self.key_mask is not None:
             self.key_mask = self.key_mask.index_select(0, index)
+
+    def slide(self, window: int) -> None:
+        """Before a step that re-encodes the last ``window`` tokens (decoding past the context):
+        the cache is dropped (the window's keys and values are recomputed at every step from
+        here on, since the window moves at every step) and the key mask keeps its last
+        ``window`` columns, None once no padding is left in them (as a family's forward treats
+        an all-real mask)."""
+        self.cache = None
+        if self.key_mask is not None:
+            mask = self.key_mask[:, -window:]
+            self.key_mask = None if bool(mask.all()) else mask
 
     def grow(self, n: int = 1) -> None:
         if self.key_mask is not None:
@@ -125,6 +143,12 @@ class GenerationMixin(ABC):
     @abstractmethod
     def decode_step(self, state: DecodingState, ids: Tensor) -> Tensor:
         """ids (B, n) -> scores of the next token (B, V)."""
+
+    def decoding_window(self) -> int | None:
+        """The most tokens the decoder reads at one step (a decoder-only context), or None (no
+        sliding: the default, and the encoder–decoder's). Generation past it re-encodes the
+        last ``window`` tokens at each step."""
+        return None
 
     def decoding_context(self) -> AbstractContextManager[None]:
         """Entered around the whole of one ``generate`` call (a family may lay its weights out
@@ -234,8 +258,13 @@ class GenerationMixin(ABC):
         eos_t = torch.tensor(eos_ids, dtype=seqs.dtype, device=seqs.device) if eos_ids else None
         finished = torch.zeros(b, dtype=torch.bool, device=seqs.device)
         step_in = seqs
+        window = self.decoding_window()
         for _ in range(max_new_tokens):
-            logits = self.decode_step(state, step_in if use_cache else out[:, :length])
+            if window is not None and length > window:
+                state.slide(window)  # past the context: re-encode its last `window` tokens
+                logits = self.decode_step(state, out[:, length - window : length])
+            else:
+                logits = self.decode_step(state, step_in if use_cache else out[:, :length])
             if do_sample:
                 probs = warp_logits(logits, temperature, top_k, top_p).softmax(dim=-1)
                 token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
@@ -278,8 +307,13 @@ class GenerationMixin(ABC):
         done = [False] * b
         eos_set = set(eos_ids)
         step_in = seqs
+        window = self.decoding_window()
         for step in range(1, max_new_tokens + 1):
-            logits = self.decode_step(state, step_in if use_cache else seqs)
+            if window is not None and seqs.shape[1] > window:
+                state.slide(window)  # past the context: re-encode its last `window` tokens
+                logits = self.decode_step(state, seqs[:, -window:])
+            else:
+                logits = self.decode_step(state, step_in if use_cache else seqs)
             logp = torch.log_softmax(logits.double(), dim=-1)  # (B*K, V)
             vocab = logp.shape[-1]
             cand = (scores.reshape(-1, 1) + logp).view(b, k * vocab)

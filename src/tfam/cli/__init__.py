@@ -10,6 +10,8 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
+from typing import Any, TextIO
 
 # Subcommand modules, in the order `tfam --help` lists them.
 COMMAND_MODULES = [
@@ -79,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for relaunching (--nproc)
+    # Python warnings (ours and the libraries') print as `tfam: warning: ...` lines, not as
+    # "file:line: UserWarning: ..." with a source line; restored when main returns.
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as err:
@@ -103,7 +113,23 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _one_line(err: BaseException) -> str:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """warnings.showwarning for the CLI: one `tfam: warning: <message>` line on stderr."""
+    stream: Any = file if file is not None else sys.stderr
+    try:
+        print(f"tfam: warning: {_one_line(message)}", file=stream)
+    except OSError:
+        pass  # stderr closed: a warning must not become an error
+
+
+def _one_line(err: BaseException | str) -> str:
     """The message of ``err`` on one line (the lines of a multi-line message joined)."""
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     if lines and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]:

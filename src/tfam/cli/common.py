@@ -28,6 +28,7 @@ __all__ = [
     "add_device_option",
     "add_image_options",
     "check_not_empty",
+    "check_utf8",
     "check_threads",
     "field_option",
     "image_options",
@@ -390,7 +391,7 @@ def read_texts(
                 f"no TEXT given and stdin is a terminal: pass sentences as arguments or pipe "
                 f'them in, e.g. tfam {command} DIR "a sentence" or tfam {command} DIR < file.txt'
             )
-        lines = stream.read().splitlines()
+        lines = _stdin_lines(stream)
         if not lines:
             raise ValueError("stdin is empty: expected one sentence per line")
         names = [f"stdin line {i}" for i in range(1, len(lines) + 1)]
@@ -399,8 +400,46 @@ def read_texts(
     else:
         lines = list(texts)
         names = [f"TEXT {i}" if len(texts) > 1 else "TEXT" for i in range(1, len(texts) + 1)]
+    for line, name in zip(lines, names):
+        check_utf8(line, name)
     check_not_empty(lines, names, what)
     return lines, names
+
+
+UTF8_HINT = "save it as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE)"
+
+
+def _stdin_lines(stream: Any) -> list[str]:
+    """stdin's lines, decoded as UTF-8 here (a leading byte-order mark dropped): the text
+    layer's decoding depends on the locale, and under C.UTF-8 it lets a bad byte through as a
+    lone surrogate, which the tokenizer then refuses with a TypeError."""
+    raw = getattr(stream, "buffer", None)
+    if raw is None:  # a text stream (a test's StringIO): its text is checked by check_utf8
+        return stream.read().splitlines()
+    lines = raw.read().splitlines()
+    if lines and lines[0].startswith(b"\xef\xbb\xbf"):
+        lines[0] = lines[0][3:]
+    out = []
+    for i, line in enumerate(lines, 1):
+        try:
+            out.append(line.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"stdin line {i} is not UTF-8 text: byte 0x{line[err.start]:02x} at byte "
+                f"{err.start + 1} of the line; {UTF8_HINT}"
+            ) from None
+    return out
+
+
+def check_utf8(text: str, name: str) -> None:
+    """A one-line error when ``text`` holds a byte that was not UTF-8 (Python keeps such bytes
+    of the command line or a stream as lone surrogates, U+DC80..U+DCFF)."""
+    for i, ch in enumerate(text):
+        if "\udc80" <= ch <= "\udcff":
+            raise ValueError(
+                f"{name} is not UTF-8 text: byte 0x{ord(ch) - 0xDC00:02x} at character {i + 1}; "
+                + (UTF8_HINT if name.startswith("stdin") else "give it in UTF-8")
+            )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,55 @@ def _load_hf(src: Path) -> Any:
     return load_hf_directory(src, quiet=True)
 
 
+def _check_bin_weights(src: Path) -> None:
+    """A ``pytorch_model*.bin`` that transformers would read (no safetensors beside it) must be
+    plain weights, a dict of tensors: torch.load refuses anything else (a pickled model
+    object, an archive torch did not write) with a many-line traceback, so it is read here
+    first (weights only, memory-mapped: no copy of the tensors) and refused in one line."""
+    import pickle
+    import zipfile
+
+    if any(src.glob("*.safetensors")):
+        return  # transformers reads those first
+    for path in sorted(src.glob("pytorch_model*.bin")):
+        reason = None
+        try:
+            obj = torch.load(
+                path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path)
+            )
+        except pickle.UnpicklingError as err:
+            text = str(err)
+            found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+            if found:
+                reason = f"it is a pickled Python object ({found.group(1)})"
+            else:
+                said = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+                detail = said.group(1).strip() if said else _last_reason(text)
+                reason = f"it is not a file torch.save wrote ({detail})"
+        except (RuntimeError, EOFError, ValueError, OSError) as err:
+            reason = f"torch.load cannot read it ({_last_reason(str(err))})"
+        else:
+            plain = isinstance(obj, dict) and all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+            )
+            if not plain:
+                reason = f"it holds a {type(obj).__name__}"
+        if reason is not None:
+            raise ValueError(
+                f"{path} is not plain weights: {reason}, not a dict of tensors; save the "
+                "model with save_pretrained (model.safetensors) or torch.save(model."
+                "state_dict(), ...)"
+            )
+
+
+def _last_reason(text: str) -> str:
+    """The informative line of a torch.load error: the first non-empty one without its
+    "[enforce fail at file.cc:N] ." prefix."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    line = lines[0] if lines else "unknown error"
+    return re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", line)
+
+
 def _copy_extras(src: Path, out: Path, direction: str) -> list[str]:
     """Copy preprocess.json, tokenizer.json and labels.json along (what the commands read
     beside a model), both ways (class names travel in the HF config's id2label too); -> the
@@ -232,6 +282,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only, never the hub
     src, out = Path(args.src), Path(args.out)
     _check_dirs(src, out)
+    if args.direction == "hf-to-tfam":
+        _check_bin_weights(src)  # before OUT_DIR is made: a refused source leaves nothing
     out.mkdir(parents=True, exist_ok=True)
     if args.direction == "hf-to-tfam":
         tfam_model, hf_model = _hf_to_tfam(args, src, out)

@@ -141,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     if not name:
         raise ValueError("preprocess.json names no dataset: pass --data NAME_OR_DIR")
     entry = resolve_data(name)
+    _check_image_data(entry, run_dir, source)
     split = _split(args, entry)
     data = entry.load(split, root=args.root)
     size = data.image_size if isinstance(data.image_size, tuple) else (data.image_size,) * 2
@@ -195,6 +196,22 @@ def run(args: argparse.Namespace) -> int:
     print(f"confusion matrix: {out}")
     print(f"numbers: {run_dir / 'eval.json'}")
     return 0
+
+
+def _check_image_data(entry: Any, run_dir: Path, source: Any) -> None:
+    """An image classifier is evaluated on images: another task's data is one line naming the
+    image data sets it accepts."""
+    from tfam.data.catalog import get_dataset, list_datasets
+
+    if entry.task == "image-classification":
+        return
+    images = [n for n in list_datasets() if get_dataset(n).task == "image-classification"]
+    family = getattr(source.model_class, "__name__", "image model")
+    raise ValueError(
+        f"--data {entry.name} is a {entry.task} dataset, but {run_dir} is an image classifier "
+        f"({family}): --data takes image data ({', '.join(images)}, or an image folder with "
+        "one sub-folder per class)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

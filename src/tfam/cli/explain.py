@@ -35,10 +35,11 @@ examples:
       the toy setting of the source documents: 6 patches, D = 10, 2 heads of width 5
   tfam explain vit_digits --blocks all --set pool=mean --set class_token=false
   tfam explain runs/digits --json > digits_explain.json
+  tfam explain gpt_char_small --seq-len 64        a text model's table at 64 tokens
 """
 
 # Explain's own options; config fields of these names (none today) get no flag, only --set.
-_OWN_OPTIONS = ("name", "set", "batch_size", "blocks", "json")
+_OWN_OPTIONS = ("name", "set", "batch_size", "blocks", "json", "seq_len")
 
 
 def _model_config_classes() -> list[type]:
@@ -72,6 +73,14 @@ def register(subparsers: Any) -> None:
             help_fallback="config field {name}",
         )
     p.add_argument("--batch-size", type=int, default=1, metavar="B", help="default: 1")
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        metavar="N",
+        help="token-sequence models (gpt, bert, transformer): the table at N tokens, shapes "
+        "and FLOPs (default: the context, max_positions)",
+    )
     p.add_argument(
         "--blocks",
         choices=("first", "all"),
@@ -124,6 +133,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size {args.batch_size} is invalid: expected a positive int")
     family = _family_of(args.name)
     overrides = overrides_from_args(args, family)
-    table = explain(args.name, batch_size=args.batch_size, blocks=args.blocks, **overrides)
+    try:
+        table = explain(
+            args.name,
+            batch_size=args.batch_size,
+            blocks=args.blocks,
+            seq_len=args.seq_len,
+            **overrides,
+        )
+    except ValueError as err:
+        prefix = f"seq_len={args.seq_len!r} "
+        if args.seq_len is not None and str(err).startswith(prefix):
+            raise ValueError(f"--seq-len {args.seq_len} {str(err)[len(prefix) :]}") from None
+        raise
     print(table.to_json() if args.json else table.to_text())
     return 0

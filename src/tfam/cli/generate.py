@@ -30,9 +30,9 @@ Sampling is the default (temperature 1, no top-k, no top-p); --greedy takes the 
 token at every step. --top-k K keeps the K most likely tokens; --top-p P keeps the smallest set
 of tokens whose probability reaches P. --seed makes sampling reproducible. Output stops at the
 model's end-of-text token, at the first --stop text (included in the output), or after
---max-new-tokens tokens (default: 200, or as many as fit in the model's context). The prompt
-and the generated tokens together fit in the context (max_positions); a longer prompt is an
-error that says the limit.
+--max-new-tokens tokens (default: 200). Past the model's context (max_positions), each new
+token is predicted from the last max_positions tokens (the window slides); a prompt longer
+than the context is read from its last max_positions tokens (a note says so).
 """
 
 HELP = "continue a prompt with a GPT run (sampling, greedy, top-k, top-p)"
@@ -73,8 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help=f"most tokens to generate (default: {DEFAULT_NEW_TOKENS}, or what fits in the "
-        "model's context)",
+        help=f"most tokens to generate (default: {DEFAULT_NEW_TOKENS}; past the model's "
+        "context the window slides)",
     )
     p.add_argument(
         "--greedy", action="store_true", help="always take the most likely token (no sampling)"
@@ -180,7 +180,9 @@ def parse_ids(text: str, vocab_size: int) -> list[int]:
 
 def prompt_ids(run: LMRun, args: argparse.Namespace) -> list[int]:
     """The prompt's ids, checked: encodable, non-empty unless the model has a bos token (then
-    [bos] starts an empty prompt), shorter than the context."""
+    [bos] starts an empty prompt). A prompt longer than the context is kept whole (it is printed
+    back) and the model reads its last tokens, which a note says."""
+    from tfam.cli.common import check_utf8
     from tfam.cli.text import check_encodable
 
     c = run.model.config
@@ -188,6 +190,7 @@ def prompt_ids(run: LMRun, args: argparse.Namespace) -> list[int]:
         ids = parse_ids(args.ids, c.vocab_size)
         name = "--ids"
     else:
+        check_utf8(args.prompt, "--prompt")
         ids = list(run.tokenizer.encode(args.prompt))
         check_encodable(run.tokenizer, args.prompt, ids, "--prompt")
         name = "--prompt"
@@ -198,35 +201,19 @@ def prompt_ids(run: LMRun, args: argparse.Namespace) -> list[int]:
                 "at least one token of text to continue"
             )
         ids = [int(c.bos_token_id)]
-    if len(ids) >= run.context:
-        raise ValueError(
-            f"{name} is {len(ids)} tokens long, but the model's context is max_positions="
-            f"{run.context} tokens, so a prompt has at most {run.context - 1} tokens (one "
-            "position for the first new token)"
+    if len(ids) > run.context:
+        from tfam.cli.text import note
+
+        note(
+            f"{name} is {len(ids)} tokens long, more than the model's context of "
+            f"max_positions={run.context}: it reads the last {run.context}"
         )
     return ids
 
 
-def new_token_count(run: LMRun, prompt_len: int, requested: int | None) -> int:
-    """--max-new-tokens, checked against the room the context leaves after the prompt."""
-    room = run.context - prompt_len
-    if requested is None:
-        n = min(DEFAULT_NEW_TOKENS, room)
-        if n < DEFAULT_NEW_TOKENS:
-            from tfam.cli.text import note
-
-            note(
-                f"generating {n} tokens: the prompt ({prompt_len} tokens) and the new tokens "
-                f"fit in the model's context of {run.context}"
-            )
-        return n
-    if requested > room:
-        raise ValueError(
-            f"--max-new-tokens {requested} is invalid: the prompt has {prompt_len} tokens and "
-            f"the model's context is max_positions={run.context}, so at most {room} new "
-            "tokens fit"
-        )
-    return requested
+def new_token_count(requested: int | None) -> int:
+    """--max-new-tokens or the default; any count fits (past the context the window slides)."""
+    return DEFAULT_NEW_TOKENS if requested is None else requested
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
     device = device_from(args)
     loaded = load_lm(args.dir, device, need_tokenizer=args.prompt is not None)
     prompt = prompt_ids(loaded, args)
-    n = new_token_count(loaded, len(prompt), args.max_new_tokens)
+    n = new_token_count(args.max_new_tokens)
     stops = list(args.stop or ())
     samples = generate_ids(
         loaded,

@@ -41,12 +41,14 @@ tokens as tick labels: one panel per head and their mean. Row t is where the dec
 while writing target token t.
 """
 
-POS_EPILOG = """example:
+POS_EPILOG = """examples:
   tfam viz pos runs/digits --out position.png
+  tfam viz pos runs/kjv                        a GPT: one map over its positions
 
-For each patch position (i, j), a small map of the cosine similarity of its position
+A ViT: for each patch position (i, j), a small map of the cosine similarity of its position
 embedding to those of all patches (ViT paper, figure 7): the learned table, or the fixed
-2-D sine-cosine one for models with position='sincos2d'.
+2-D sine-cosine one for models with position='sincos2d'. A GPT: one L x L map, the cosine
+similarity of the position table's rows (learned or sinusoidal; RoPE and ALiBi add no table).
 """
 
 CURVES_EPILOG = """example:
@@ -117,7 +119,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     pos = (
         "cosine similarity of position embeddings (ViT paper, figure 7)",
-        "Cosine similarity of the position embeddings, patch by patch.",
+        "Cosine similarity of the position embeddings, patch by patch (ViT) or position by "
+        "position (GPT).",
         POS_EPILOG,
     )
     p = _add_picture(sub, "pos", pos, "default: DIR/position.png")

@@ -34,7 +34,9 @@ class FamilyExplainer(ABC):
     - ``length``: the symbol of the stack's sequence length ("(N+1)");
     - ``model_class``: the model class it reads (any other model is a one-line TypeError);
     - ``sample``: one element of the batch, when the model's ``inputs`` do not say it
-      (:data:`SAMPLES`).
+      (:data:`SAMPLES`);
+    - ``takes_seq_len``: True for a family over token sequences, whose table is then shown at
+      ``seq_len`` tokens (:meth:`tokens`; default: its context, ``max_positions``).
 
     The stack's rows come from the bricks (:func:`~tfam.explain.blocks.stack_rows`). A family
     with more than one stack (encoder-decoder) overrides :meth:`rows`.
@@ -44,16 +46,29 @@ class FamilyExplainer(ABC):
     sample: str = ""  # "" = from the model's ``inputs`` (SAMPLES), else "sample"
     # The model class it reads (its attributes, by name); None takes any TfamModel.
     model_class: ClassVar[type[TfamModel] | None] = None
+    takes_seq_len: ClassVar[bool] = False
 
-    def __init__(self, model: TfamModel, batch_size: int) -> None:
+    def __init__(self, model: TfamModel, batch_size: int, seq_len: int | None = None) -> None:
         wanted = self.model_class
         if wanted is not None and not isinstance(model, wanted):
             raise TypeError(
                 f"the {wanted.config_class.family} explainer takes a {wanted.__name__}, got "
                 f"{type(model).__name__}"
             )
-        self.model, self.batch = model, batch_size
+        self.model, self.batch, self.seq_len = model, batch_size, seq_len
         self.sample = self.sample or SAMPLES.get(type(model).inputs, "sample")
+
+    def tokens(self) -> int:
+        """L, the sequence length of the table: ``seq_len`` when given, else the context."""
+        return self.seq_len or int(self.model.config.max_positions)
+
+    def length_line(self, symbols: str) -> str:
+        """'L = max_positions = 128 tokens', or 'L = 64 tokens (max_positions = 128)' at a
+        given ``seq_len`` (``symbols``: "L", "Ls = Lt")."""
+        limit = self.model.config.max_positions
+        if self.seq_len is None:
+            return f"{symbols} = max_positions = {limit} tokens"
+        return f"{symbols} = {self.seq_len} tokens (of max_positions = {limit})"
 
     @abstractmethod
     def symbols(self) -> dict[str, int]: ...
@@ -141,6 +156,25 @@ def _resolve_model(model_or_name: Any, overrides: dict[str, Any]) -> tuple[TfamM
         return MODEL_CLASSES[config.family](config), name
 
 
+def _check_seq_len(seq_len: Any, family: str, model: TfamModel) -> None:
+    """``seq_len`` applies to a family over token sequences, within its context."""
+    if seq_len is None:
+        return
+    if not FAMILIES[family].takes_seq_len:
+        texts = ", ".join(sorted(f for f, cls in FAMILIES.items() if cls.takes_seq_len))
+        raise ValueError(
+            f"seq_len={seq_len!r} is invalid: the {family!r} family reads "
+            f"{SAMPLES.get(type(model).inputs, 'input')}s, not token sequences (seq_len "
+            f"applies to the token-sequence families: {texts})"
+        )
+    limit = model.config.max_positions
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 1 <= seq_len <= limit:
+        raise ValueError(
+            f"seq_len={seq_len!r} is invalid: expected an int from 1 to the model's context, "
+            f"max_positions={limit}"
+        )
+
+
 def _check_view(batch_size: Any, blocks: Any) -> None:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} is invalid: expected a positive int")
@@ -177,6 +211,7 @@ def explain(
     model_or_name: TfamModel | TransformerStack | str | Path,
     batch_size: int = 1,
     blocks: str = "first",
+    seq_len: int | None = None,
     **overrides: Any,
 ) -> ExplainTable:
     """Step-by-step table of a model: per step its input and output shape, parameters, FLOPs.
@@ -188,7 +223,9 @@ def explain(
     storage; :func:`~tfam.explain.trace.meta_copy`) is traced, and the total is checked
     against the model's ``parameters()`` (a tied weight once). ``batch_size`` B scales the
     FLOPs and leads every shape. ``blocks='first'`` shows block 1 in full and one summary row
-    for blocks 2..N; ``'all'`` lists every block.
+    for blocks 2..N; ``'all'`` lists every block. ``seq_len`` (token-sequence families: GPT,
+    BERT, the encoder–decoder): the length L the table is shown at, 1..max_positions (default:
+    max_positions).
 
     A bare :class:`~tfam.layers.TransformerStack` takes ``seq_len`` (and ``memory_len`` for a
     decoder) instead of overrides: ``explain(stack, seq_len=5, memory_len=7)`` is
@@ -198,6 +235,8 @@ def explain(
     for a tensor to describe (naming the size).
     """
     if isinstance(model_or_name, TransformerStack):
+        if seq_len is not None:
+            overrides["seq_len"] = seq_len
         return explain_stack(model_or_name, batch_size=batch_size, blocks=blocks, **overrides)
     _check_view(batch_size, blocks)
     real = model_or_name.num_parameters() if isinstance(model_or_name, TfamModel) else None
@@ -208,7 +247,9 @@ def explain(
             f"explain does not know the family {family!r} yet (it knows {sorted(FAMILIES)}); "
             f"a family adds its rows in tfam/explain/families/{family}.py"
         )
-    fam = FAMILIES[family](model, batch_size)
+    _check_seq_len(seq_len, family, model)
+    extra = {} if seq_len is None else {"seq_len": seq_len}
+    fam = FAMILIES[family](model, batch_size, **extra)
     with size_guard(f"the example input of {name}", model.config.to_dict()):
         args, kwargs = fam.inputs()
     ex = Explainer(trace(model, args, kwargs), fam.symbols(), blocks)

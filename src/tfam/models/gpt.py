@@ -37,8 +37,9 @@ from tfam.models.registry import register_preset
 @dataclass
 class GPTConfig(BaseConfig):
     """A decoder-only language model; the defaults are GPT-2 (124M)'s shape. ``max_positions`` is the
-    context: the longest sequence (prompt plus generated tokens) the model takes. Special ids
-    may be None (GPT-2 has no padding token)."""
+    context: the longest sequence one forward takes (``generate`` slides past it, reading the
+    last ``max_positions`` tokens at each step). Special ids may be None (GPT-2 has no padding
+    token)."""
 
     family: ClassVar[str] = "gpt"
     # Every scheme over a 1-D sequence: the tokens' positions are counted per row.
@@ -208,17 +209,20 @@ class GPT(GenerationMixin, TfamModel):
     def prepare_decoding(
         self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int, use_cache: bool
     ) -> tuple[DecodingState, Tensor]:
+        """A prompt and its continuation may exceed the context (``max_positions``): past it,
+        each step reads the last ``max_positions`` tokens (:meth:`decoding_window`), so the
+        cache holds at most that many positions (none when the prompt alone exceeds it)."""
         self.check_ids(input_ids)
         length, limit = input_ids.shape[1], self.config.max_positions
-        if length + max_new_tokens > limit:
-            raise ValueError(
-                f"max_new_tokens={max_new_tokens} is invalid: the prompt has {length} tokens and "
-                f"the model's context is max_positions={limit}, so at most "
-                f"{max(limit - length, 0)} new tokens fit"
-            )
         mask = self._check_mask(attention_mask, input_ids)
-        cache = self.stack.make_cache(length + max_new_tokens) if use_cache else None
+        cache = None
+        if use_cache and length <= limit:
+            cache = self.stack.make_cache(min(length + max_new_tokens, limit))
         return DecodingState(cache=cache, key_mask=mask), input_ids
+
+    def decoding_window(self) -> int:
+        """The context, max_positions: generation past it slides (:mod:`tfam.generation`)."""
+        return self.config.max_positions
 
     def _decoding_copies(self) -> dict[str, Tensor]:
         """{name: the parameter's values in (in, out) storage, seen as (out, in)} for every

@@ -17,7 +17,11 @@ from tfam.viz.alignment import cross_attention, plot_alignment
 from tfam.viz.attention import AttentionMaps, attention_maps, attention_rollout, plot_attention
 from tfam.viz.confusion import plot_confusion
 from tfam.viz.curves import plot_curves, read_metrics
-from tfam.viz.position import plot_position_similarity, position_similarity
+from tfam.viz.position import (
+    plot_position_similarity,
+    position_similarity,
+    sequence_position_similarity,
+)
 
 __all__ = [
     "AttentionMaps",
@@ -30,5 +34,6 @@ __all__ = [
     "plot_curves",
     "plot_position_similarity",
     "position_similarity",
+    "sequence_position_similarity",
     "read_metrics",
 ]

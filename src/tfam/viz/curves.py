@@ -18,6 +18,7 @@ begins.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,17 @@ def read_metrics(metrics_csv: str | Path) -> dict[str, list[float]]:
         raise FileNotFoundError(
             f"{path} not found: `tfam train` writes metrics.csv into the run directory"
         )
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise ValueError(
+            f"{path} is not a metrics CSV: line {line} is not UTF-8 text (byte "
+            f"0x{data[err.start]:02x}); `tfam train` writes metrics.csv"
+        ) from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         if not reader.fieldnames:
             raise ValueError(f"{path} is empty: expected a header row and one row per epoch")
         columns: dict[str, list[float]] = {name: [] for name in reader.fieldnames}
@@ -51,6 +61,11 @@ def read_metrics(metrics_csv: str | Path) -> dict[str, list[float]]:
             rows += 1
             for name in columns:
                 columns[name].append(_number(row.get(name)))
+    except csv.Error as err:
+        raise ValueError(
+            f"{path} is not a metrics CSV: line {reader.line_num + 1}: {err}; `tfam train` writes "
+            "metrics.csv"
+        ) from None
     if rows == 0:
         raise ValueError(f"{path} has a header but no rows: no epoch has finished yet")
     return columns

@@ -1,8 +1,8 @@
 """BERT's own rows: token, segment and position embeddings summed and normalised before the
 encoder; after it the pooler and the head (masked LM, per-token or per-sequence labels).
 
-Symbols: L tokens (``max_positions``: the longest input the model takes), V vocabulary,
-S segment types, K labels, plus the bricks' D, H, Dh, F.
+Symbols: L tokens (``seq_len``, by default ``max_positions``: the longest input the model
+takes), V vocabulary, S segment types, K labels, plus the bricks' D, H, Dh, F.
 """
 
 from __future__ import annotations
@@ -22,16 +22,17 @@ from tfam.models.bert import Bert
 @register_family("bert")
 class BertExplainer(FamilyExplainer):
     model_class = Bert
+    takes_seq_len = True
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config
-        return {"L": c.max_positions, "V": c.vocab_size, "S": c.type_vocab_size,
+        return {"L": self.tokens(), "V": c.vocab_size, "S": c.type_vocab_size,
                 **brick_symbols(c), "K": c.num_labels}  # fmt: skip
 
     def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         c = self.model.config
         # Real ids (the model checks their range), no padding; the lookups run on meta weights.
-        ids = torch.full((self.batch, c.max_positions), (c.pad_token_id + 1) % c.vocab_size)
+        ids = torch.full((self.batch, self.tokens()), (c.pad_token_id + 1) % c.vocab_size)
         return (ids,), {"return_attention": True}
 
     def embedding_rows(self, ex: Explainer) -> list[ExplainRow]:
@@ -47,7 +48,7 @@ class BertExplainer(FamilyExplainer):
                        f"{c.type_vocab_size} learned rows; sentence A = 0)"),
             ExplainRow("+ position", out, out, "L x D", "L x D",
                        ex.claim("position", emb.positions), numel(out),
-                       note=f"add the learned table's rows 0..L-1 (L = {c.max_positions})"),
+                       note=f"add the learned table's rows 0..L-1 (L = {self.tokens()})"),
         ]  # fmt: skip
         row = norm_row(ex, emb.norm, "", "embedding LN", "L")
         return [*rows, dataclasses.replace(row, note="normalise the summed embedding per token")]
@@ -105,7 +106,7 @@ class BertExplainer(FamilyExplainer):
         return [
             f"{name}: BERT, batch size {self.batch}, head: {c.head}"
             + (" + pooler" if c.pooler and c.head != "sequence" else ""),
-            f"L = max_positions = {e['L']} tokens, V = {e['V']} ids, S = {e['S']} segments"
+            f"{self.length_line('L')}, V = {e['V']} ids, S = {e['S']} segments"
             + (f", K = {e['K']} labels" if c.head in ("token", "sequence") else ""),
             f"D = {e['D']}, {c.depth} blocks ({norm}-norm), H = {e['H']} heads of "
             f"Dh = {e['Dh']}, F = ffn_dim = {e['F']} ({c.activation})",

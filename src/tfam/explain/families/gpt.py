@@ -2,8 +2,8 @@
 scheme describes itself), the causal stack, and after it: final LN -> LM head (tied to the
 token embedding).
 
-Symbols: L tokens (``max_positions``: the longest context the model takes), V vocabulary, plus
-the bricks' D, H, Dh, F.
+Symbols: L tokens (``seq_len``, by default ``max_positions``: the longest context the model
+takes), V vocabulary, plus the bricks' D, H, Dh, F.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from tfam.models.gpt import GPT
 @register_family("gpt")
 class GPTExplainer(FamilyExplainer):
     model_class = GPT
+    takes_seq_len = True
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config
-        return {"L": c.max_positions, "V": c.vocab_size, **brick_symbols(c)}
+        return {"L": self.tokens(), "V": c.vocab_size, **brick_symbols(c)}
 
     def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        c = self.model.config
-        # Real ids (the model checks their range) over the whole context, no padding; the
-        # lookups run on meta weights like everything else.
-        ids = torch.zeros(self.batch, c.max_positions, dtype=torch.long)
+        # Real ids (the model checks their range) over L tokens, no padding; the lookups run
+        # on meta weights like everything else.
+        ids = torch.zeros(self.batch, self.tokens(), dtype=torch.long)
         return (ids,), {"return_attention": True}
 
     def embedding_rows(self, ex: Explainer) -> list[ExplainRow]:
@@ -72,7 +72,7 @@ class GPTExplainer(FamilyExplainer):
         norm = "pre" if c.norm_first else "post"
         return [
             f"{name}: GPT (decoder-only, causal), batch size {self.batch}",
-            f"L = max_positions = {e['L']} tokens, V = {e['V']} ids (output "
+            f"{self.length_line('L')}, V = {e['V']} ids (output "
             f"{'tied' if c.tie_output else 'untied'}), position: {c.position}"
             + ("" if m.position.acts == "tokens" else f" ({m.position.describe()})"),
             f"D = {e['D']}, {c.depth} block{'' if c.depth == 1 else 's'} ({norm}-norm, causal), "

@@ -2,8 +2,8 @@
 the encoder stack, the same for the target, the decoder stack (masked self-attention,
 cross-attention over the encoder output, MLP), the LM head.
 
-Symbols: Ls source tokens, Lt target tokens (both ``max_positions``: the longest sequence the
-model takes), V vocabulary, plus the bricks' D, H, Dh, F.
+Symbols: Ls source tokens, Lt target tokens (both ``seq_len``, by default ``max_positions``:
+the longest sequence the model takes), V vocabulary, plus the bricks' D, H, Dh, F.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from tfam.models.transformer import Transformer
 @register_family("transformer")
 class TransformerExplainer(FamilyExplainer):
     model_class = Transformer
+    takes_seq_len = True
 
     def symbols(self) -> dict[str, int]:
         c = self.model.config
-        n = c.max_positions
+        n = self.tokens()
         return {"Ls": n, "Lt": n, "V": c.vocab_size, **brick_symbols(c)}
 
     def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -36,7 +37,7 @@ class TransformerExplainer(FamilyExplainer):
         # Ids stay real (the model checks their range); no id is padding, so no row is masked
         # out. The embedding lookups run on meta weights like everything else.
         real = (c.pad_token_id + 1) % c.vocab_size
-        ids = torch.full((self.batch, c.max_positions), real, dtype=torch.long)
+        ids = torch.full((self.batch, self.tokens()), real, dtype=torch.long)
         return (ids, ids.clone()), {"return_attention": True}
 
     def _embedding(self, ex: Explainer, embed: nn.Module, side: str, L: str) -> list[ExplainRow]:
@@ -86,7 +87,7 @@ class TransformerExplainer(FamilyExplainer):
         norm = "pre" if c.norm_first else "post"
         return [
             f"{name}: encoder-decoder Transformer, batch size {self.batch}",
-            f"Ls = Lt = max_positions = {e['Ls']} tokens, V = {e['V']} ids "
+            f"{self.length_line('Ls = Lt')}, V = {e['V']} ids "
             f"(embeddings {'shared' if c.share_embeddings else 'separate'}, output "
             f"{'tied' if c.tie_output else 'untied'}), position: {c.position}",
             f"D = {e['D']}, {c.depth} encoder + {c.decoder_depth} decoder blocks ({norm}-norm), "
