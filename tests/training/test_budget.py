@@ -208,3 +208,22 @@ def test_plan_round_trips_through_a_dict() -> None:
     line = plan.describe(steps_per_epoch=265, schedule="cosine")
     assert line.startswith("budget 4 min -> 520 steps (2 epochs, of the recipe's 793)")
     assert "warmup 52" in line
+
+
+def test_the_command_line_says_the_plan_and_ends_inside_the_budget(monkeypatch, tmp_path, capsys):
+    import tfam.cli
+
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(budget, "clock", lambda: float(next(ticks)))  # 1 s a reading
+    out = tmp_path / "run"
+    argv = ["train", "vit", "--data", "digits", "--out", out, "--set", "dim=16", "--set"]
+    argv += ["depth=1", "--set", "heads=2", "--set", "ffn_dim=32", "--batch-size", "32"]
+    argv += ["--epochs", "30", "--threads", "1", "--no-progress", "--max-minutes", "1"]
+    assert tfam.cli.main([str(a) for a in argv]) == 0
+    printed = capsys.readouterr().out
+    assert "(budget 1 min: steps and schedule planned from the first steps)" in printed
+    assert "budget 1 min -> " in printed and "warmup" in printed
+    record = json.loads((out / "results.json").read_text())
+    plan = record["budget"]["plan"]
+    assert plan["fitted"] and plan["total_steps"] < plan["recipe_steps"]
+    assert record["steps"] <= plan["total_steps"] and record["seconds"] <= 60.0
