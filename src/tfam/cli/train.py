@@ -534,6 +534,7 @@ def run(args: argparse.Namespace) -> int:
     from tfam.training.callbacks import CurvesCallback
     from tfam.training.distributed import dist_info, processes_text
     from tfam.training.tasks import task_for
+    from tfam.training.wordshare import word_share_callbacks
     from tfam.viz import plot_curves
 
     if args.nproc is not None:
@@ -630,7 +631,12 @@ def run(args: argparse.Namespace) -> int:
             if config.batch_tokens
             else f"batch {config.batch_size}"
         )
-        budget = f" (at most {config.max_minutes:g} min)" if config.max_minutes else ""
+        # The plan's numbers come after the first steps are timed (tfam.training.budget).
+        budget = (
+            f" (budget {config.max_minutes:g} min: steps and schedule planned from the first steps)"
+            if config.max_minutes
+            else ""
+        )
         # "1 thread", or under torchrun "2 processes (gloo), 1 thread each".
         compute = processes_text(torch.get_num_threads(), device=config.device)
         epochs = f"{config.epochs} epoch{'s' if config.epochs != 1 else ''}"
@@ -661,7 +667,7 @@ def run(args: argparse.Namespace) -> int:
             run_args=run_args,
             resume_hint=hint,
             val_set=val_set,
-            callbacks=[CurvesCallback(plot_curves)],
+            callbacks=[CurvesCallback(plot_curves), *word_share_callbacks(task, train_set)],
             task=task,
         )
         trainer.fit(resume=args.resume)

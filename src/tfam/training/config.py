@@ -116,9 +116,10 @@ class TrainConfig:
     max_minutes: float | None = field(
         default=None,
         metadata=_help(
-            "stop at the first step after N minutes of training in all (over resumes), then "
-            "finish as usual: final evaluation and saved model (with refit: N minutes of "
-            "selection, then the refit trains as many epochs)"
+            "a budget of N minutes of training in all (over resumes), final evaluation "
+            "included: the first steps are timed, the schedule (warmup, decay) is fitted to the "
+            "steps that fit, and the final evaluation is sized to the time left (with refit: "
+            "only a stop after N minutes of selection, then the refit trains as many epochs)"
         ),
     )
     quiet: bool = field(default=False, metadata=_help("no per-epoch lines and no progress bar"))

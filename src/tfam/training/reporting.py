@@ -190,12 +190,15 @@ class ReportingMixin:
         elif self.history and self.batch_in_epoch == 0:
             per_epoch = self._final_row_metrics()
         else:  # stopped mid-epoch: evaluate the weights as they are
-            per_epoch = self.evaluate_metrics() or {}
+            # (a budget sizes the final evaluations to the time left: tfam.training.budget)
+            share = self._val_share()
+            per_epoch = self._final_metrics(share=share) or {}
         if self.val_set is not None:
-            test = (self.evaluate_metrics(self.test_set) or {}) if self.test_set is not None else {}
+            test = (self._final_metrics(self.test_set) or {}) if self.test_set is not None else {}
             result = self._result(test, per_epoch, stopped_early)
         else:
             result = self._result(per_epoch if self.test_set is not None else {}, {}, stopped_early)
+        result.budget = self._budget_record()
         if self._sharded:
             self._full_weights = sharding.full_state(self.model, self.optimizer, True)[0]
         if self.out_dir is not None and self.dist.is_main:
@@ -210,6 +213,13 @@ class ReportingMixin:
         scored = bool(result.test_metrics or result.val_metrics)
         self._say(self._final_line(result), always=scored)
         return result
+
+    def _val_share(self) -> float:
+        """The share of the time left that a mid-epoch validation may take before the test
+        split's evaluation: its share of the examples of the two."""
+        if self.val_set is None or self.test_set is None:
+            return 1.0
+        return len(self.val_set) / max(len(self.val_set) + len(self.test_set), 1)
 
     def _finished_result(self) -> TrainResult:
         cfg = self.config
@@ -309,6 +319,7 @@ class ReportingMixin:
             text += f" ({chosen})" if chosen else ""
             epochs = f"{self.epoch} epochs"
         text += f"; {epochs}, {self.global_step} steps in {r.seconds:.1f} s"
+        text += self._budget_note()
         if self.out_dir is not None:
             text += f"; model and logs in {self.out_dir}"
         return text

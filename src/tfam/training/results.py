@@ -32,6 +32,10 @@ class TrainResult:
     ``epochs_completed`` and ``stopped_early`` describe the selection run; ``steps`` and
     ``seconds`` the whole run; ``refit`` holds the refit's ``epochs``, ``steps`` and
     ``examples`` (empty without refit).
+
+    ``budget``: with ``max_minutes``, its plan (``plan``: steps, warmup, measured step time,
+    ...) and the final evaluations that used a subset (``final_eval``: split, examples, of);
+    see :mod:`tfam.training.budget`. Empty without a plan.
     """
 
     final_test_acc: float
@@ -51,6 +55,7 @@ class TrainResult:
     val_metrics: dict[str, float] = field(default_factory=dict)
     already_finished: bool = False
     refit: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)
 
 
 def preprocess_info(dataset: Any) -> dict[str, Any] | None:
@@ -78,7 +83,7 @@ def results_record(r: TrainResult) -> dict[str, Any]:
     """What ``results.json`` holds: the final test and validation metrics, the validation
     metrics of the best epoch (``best_val``, with a validation split), the run's extent, and
     with refit the refit's extent (``refit``: epochs, steps, examples; ``test`` is then the
-    refit model's score). NaN, which JSON cannot hold, becomes null."""
+    refit model's score), and with a budget's plan its ``budget``. NaN, which JSON cannot hold, becomes null."""
 
     def clean(metrics: dict[str, float]) -> dict[str, float | None]:
         return {k: (None if math.isnan(v) else v) for k, v in metrics.items()}
@@ -99,6 +104,8 @@ def results_record(r: TrainResult) -> dict[str, Any]:
         )
     if r.refit:
         record["refit"] = dict(r.refit)
+    if r.budget:
+        record["budget"] = dict(r.budget)
     return record
 
 

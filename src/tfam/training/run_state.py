@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from torch import Tensor
 import tfam.training.distributed as D
 import tfam.training.sharding as sharding
 from tfam.training.batching import count_token_batches, dataset_lengths
+from tfam.training.budget import now
 from tfam.training.checkpoint import find_checkpoint, load_latest, read_checkpoint, save_checkpoint
 from tfam.training.config import RESUME_FIELDS
 from tfam.training.devices import grad_scaler
@@ -165,6 +165,7 @@ class RunStateMixin:
             "history": [dict(r) for r in self.history],
             "elapsed": self.elapsed(),
             "stopped_early": self.stopped_early,
+            "budget": self._budget_state(),  # a max_minutes plan (tfam.training.budget)
             # Refit: the phase, the refit's plan (phase 2), the initial weights (phase 1).
             "phase": self.phase,
             "refit": self.refit_plan.to_dict() if self.refit_plan is not None else None,
@@ -251,9 +252,10 @@ class RunStateMixin:
         self.history = [dict(r) for r in state["history"]]
         self.stopped_early = bool(state.get("stopped_early", False))
         self._elapsed_base = float(state["elapsed"])
-        self._t0 = time.perf_counter()
+        self._t0 = now()
         if saved_epochs != self.config.epochs:
             self._replan(saved_epochs)
+        self._load_budget(state.get("budget"))  # after _replan: the stored plan wins
 
     def _replan(self, saved_epochs: int) -> None:
         """Stretch (or shrink) the cosine schedule to the new ``epochs`` from the current step
@@ -375,7 +377,7 @@ class RunStateMixin:
         for line in self._init_lines:
             self._say(line, always=True)
         self._seed_streams()
-        self._t0 = time.perf_counter()
+        self._t0 = now()
         return True
 
     def _seed_streams(self) -> None:

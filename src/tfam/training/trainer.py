@@ -69,6 +69,7 @@ from torch import Tensor, nn
 import tfam.training.distributed as D  # not via the package face, which imports us
 import tfam.training.sharding as sharding
 from tfam.training.batching import epoch_index_batches, load_batches, token_batches
+from tfam.training.budget import now
 from tfam.training.config import TrainConfig
 from tfam.training.control import KILL_ENV, KILL_RANK_ENV, ControlMixin, Stop, kill_step
 from tfam.training.devices import (
@@ -184,7 +185,7 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
         self.phase = 1  # 1: training (the selection run, with refit); 2: the refit
         self.refit_plan: RefitPlan | None = None  # set when the refit begins
         self._elapsed_base = 0.0
-        self._t0 = time.perf_counter()
+        self._t0 = now()
         self._stop_requested = False
         self._logger: MetricsLogger | None = None
         self._kill_at: int | None = None
@@ -260,10 +261,13 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
 
     # -- evaluation ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def evaluate_metrics(self, dataset: Any = None) -> dict[str, float] | None:
+    def evaluate_metrics(
+        self, dataset: Any = None, limit: int | None = None
+    ) -> dict[str, float] | None:
         """The task's metrics on ``dataset`` (default: the per-epoch split), shared over the
-        processes. None if there is no such split, or (single process) if a stop was requested
-        while evaluating."""
+        processes; with ``limit`` < its size, on ``limit`` evenly spread examples (a budget's
+        final evaluation). None if there is no such split, or (single process) if a stop was
+        requested while evaluating."""
         if dataset is None:
             dataset = self.val_set if self.val_set is not None else self.test_set
         if dataset is None:
@@ -274,10 +278,11 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
         was_training = model.training
         model.eval()
         n = len(dataset)
+        index = torch.arange(n) if limit is None or limit >= n else torch.arange(limit) * n // limit
         size = self.config.eval_batch_size
         chunks, keep = [], []
-        for start in range(0, n, size):
-            local = D.shard(torch.arange(start, min(start + size, n)), self.dist)
+        for start in range(0, len(index), size):
+            local = D.shard(index[start : start + size], self.dist)
             keep.append(local.numel() > 0)
             chunks.append(local if local.numel() > 0 else torch.zeros(1, dtype=torch.int64))
         sums: dict[str, Tensor] = {}
@@ -422,6 +427,7 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
                     bar.set_postfix(self._progress_postfix(s), refresh=False)
                 if cfg.save_every and self.global_step % cfg.save_every == 0:
                     self.save()
+                self._budget_step()  # max_minutes: time the first steps, then plan
                 if self._kill_at is not None and self.global_step == self._kill_at:
                     os.kill(os.getpid(), signal.SIGKILL)
         finally:
