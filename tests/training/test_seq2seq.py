@@ -10,7 +10,6 @@ example max(Ls, Lt)), ``vocab_size`` and the special ids."""
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -317,9 +316,7 @@ def test_tiny_transformer_learns_to_copy_exactly() -> None:
     model = tiny_transformer()
     cfg = _copy_config(epochs=24, lr=1e-2, batch_tokens=400, warmup_steps=50, eval_batch_size=300)
     task = Seq2Seq(generate_eval=True)
-    t = time.perf_counter()
     Trainer(model, train, None, cfg, task=task).fit()
-    seconds = time.perf_counter() - t
     metrics = Trainer(model, train, held_out, cfg, task=task).evaluate_metrics()
     assert metrics is not None
     assert metrics["exact"] == 1.0 and metrics["gen_exact"] == 1.0, metrics
@@ -327,7 +324,6 @@ def test_tiny_transformer_learns_to_copy_exactly() -> None:
     out = model.generate(src, max_new_tokens=10)
     for i, row in enumerate(out.tolist()):
         assert row[1 : row.index(EOS) + 1] == held_out[i][1][1:].tolist()
-    assert seconds < 60, f"the copy task took {seconds:.1f} s"
 
 
 def test_token_batches_under_two_processes_equal_one(tmp_path: Path) -> None:
