@@ -67,6 +67,10 @@ FOLDER_SPLITS = ("train", "fit", "val")
 LAYOUT_DIRS = {"train": ("train",), "val": ("val", "validation"), "test": ("test",)}
 FOLDER_VAL_FRACTION = 0.2
 STATS_SAMPLE = 2048
+# A folder whose decoded pixels fit in this many bytes is decoded once and kept in memory, and
+# its splits get the in-memory fast path ``get_batch``: a small folder trained for hundreds of
+# epochs then decodes each file once, not once an epoch (and starts no loader workers).
+IN_MEMORY_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -283,6 +287,10 @@ class ImageFolder(torch.utils.data.Dataset):
         self.std = self.std.reshape(-1).expand(self.in_channels).clone()
         if not bool((self.std > 0).all()):
             raise ValueError(f"std={self.std.tolist()} is invalid: every value must be > 0")
+        h, w = index.image_size
+        if len(index.files) * self.in_channels * h * w <= IN_MEMORY_BYTES:
+            # An instance attribute, so ``hasattr(ds, "get_batch")`` says whether it is there.
+            self.get_batch = self._get_batch
 
     @property
     def image_size(self) -> int | tuple[int, int]:
@@ -319,6 +327,15 @@ class ImageFolder(torch.utils.data.Dataset):
         x = (x - self.mean.view(-1, 1, 1)) / self.std.view(-1, 1, 1)
         return x, int(self.labels[i])
 
+    def _get_batch(self, indices: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
+        """(images (B, C, H, W) float32 normalised, labels (B,) int64) of items ``indices``,
+        from the folder's pixels decoded once (the same values as ``ds[i]``)."""
+        idx = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+        pixels = _all_pixels(self.index).index_select(0, self.indices.index_select(0, idx))
+        x = pixels.to(torch.float32).div_(self.pixel_scale)
+        x = (x - self.mean.view(1, -1, 1, 1)) / self.std.view(1, -1, 1, 1)
+        return x, self.labels.index_select(0, idx)
+
     def with_stats(
         self, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor
     ) -> ImageFolder:
@@ -344,6 +361,15 @@ class ImageFolder(torch.utils.data.Dataset):
         )
 
 
+@functools.cache
+def _all_pixels(index: FolderIndex) -> Tensor:
+    """(N, C, H, W) uint8 pixels of every file of a scanned folder, in ``index.files`` order."""
+    c, (h, w) = index.in_channels, index.image_size
+    stack = np.stack([_decode(f, c, (h, w)) for f in index.files])  # (N, H, W, C)
+    return torch.from_numpy(stack).permute(0, 3, 1, 2).contiguous()
+
+
 def clear_folder_cache() -> None:
-    """Forget every folder scanned in this process."""
+    """Forget every folder scanned (and decoded) in this process."""
     _scan.cache_clear()
+    _all_pixels.cache_clear()
