@@ -6,12 +6,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
-from tests.cli.conftest import write_image_folder
+from PIL import Image
 
 from tfam.data import get_dataset
 from tfam.data.catalog import folder_entry
 from tfam.training.autosize import size_entry
+
+
+def write_image_folder(root: Path, per_class: int, size: int, seed: int = 0) -> Path:
+    """root/{bars,columns,spot}/<i>.png: grey PNGs of three patterns with noise."""
+    rng = np.random.default_rng(seed)
+    for c, name in enumerate(("bars", "columns", "spot")):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            a = rng.integers(0, 40, (size, size)).astype(np.uint8)
+            a[
+                (slice(0, 3), slice(None), slice(2, 6))[c],
+                (slice(None), slice(0, 3), slice(2, 6))[c],
+            ] = 230
+            Image.fromarray(a, mode="L").save(root / name / f"{i:03d}.png")
+    return root
 
 
 @pytest.fixture
