@@ -141,4 +141,6 @@ def test_size_from_data_reads_image_and_text_infos() -> None:
     object.__setattr__(text, "max_length", 100)  # the files helper's field, when present
     sizing = size_from_data("gpt", "causal-lm", text, 800, given_train={"epochs": 2})
     assert sizing.model["max_positions"] == 128 and "epochs" not in sizing.train
+    assert sizing.threads == 1  # width 128
+    assert size_from_data("gpt", "causal-lm", text, 10**6).threads is None  # width 384
     assert "label_smoothing" not in sizing.train

@@ -21,7 +21,8 @@ and a million examples). When such data comes with no ``--preset`` and no ``--in
   split (16 to 128 for images, 64 for text) and never larger than the split; epochs for
   about 1,000 optimiser steps (at least 200, at least 10 epochs, at most 300 epochs); warmup 5%
   of the steps; AdamW lr 1e-3 for widths up to 128, scaled by sqrt(128 / D) above (5e-4 for
-  text), label smoothing 0.1 for classifiers, gradient clipping at 1.
+  text), label smoothing 0.1 for classifiers, gradient clipping at 1; one CPU thread for
+  widths up to 128 (see ``Sizing.threads``).
 
 Values the user gives (``--set``, ``--epochs``, ``--batch-size``, ...) always win; the fields
 that follow from them (heads and MLP from a given width, warmup from given epochs) follow.
@@ -65,10 +66,11 @@ class Sizing:
     train: dict[str, Any] = field(default_factory=dict)
     image_size: int | tuple[int, int] | None = None
     reasons: tuple[str, ...] = ()
-    # CPU threads: 1. Matmuls this small gain ~1.4x from a second thread on an idle 2-core
-    # machine, and ran 30x slower with 2 threads while other jobs held the cores (measured on
-    # a 140-image folder: 3 against 200 images/s); the digits recipe found the same.
-    threads: int | None = 1
+    # CPU threads (None: torch's choice). 1 for widths up to 128: matmuls this small gain
+    # ~1.4x from a second thread on an idle 2-core machine, and ran tens of times slower with
+    # 2 threads while other jobs held the cores (a 140-image folder, width 96: 3 against 200
+    # images/s); the digits recipe found the same.
+    threads: int | None = None
 
     @property
     def line(self) -> str:
@@ -297,7 +299,10 @@ def size_from_data(
         batch_size=given_train.get("batch_size"),
         epochs=given_train.get("epochs"),
     )
-    return Sizing(model=model, train=train, image_size=resize, reasons=(*reasons, *more))
+    threads = 1 if int(model["dim"]) <= 128 else None
+    return Sizing(
+        model=model, train=train, image_size=resize, reasons=(*reasons, *more), threads=threads
+    )
 
 
 def size_entry(
