@@ -317,10 +317,11 @@ def _resolve_data(spec: str) -> Any:
 
 
 def _train_values(
-    args: argparse.Namespace, saved: dict[str, Any] | None, entry: Any
+    args: argparse.Namespace, saved: dict[str, Any] | None, entry: Any, sizing: Any = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """TrainConfig values: the command line, else the resumed run's, else the dataset's recipe
-    (else the dataclass default, by leaving the field out); and where each value came from."""
+    """TrainConfig values: the command line, else the resumed run's, else the sizing from the
+    user's data (``sizing.train``), else the dataset's recipe (else the dataclass default, by
+    leaving the field out); and where each value came from."""
     cls = _train_config_class()
     saved_train = (saved or {}).get("train_config") or {}
     values: dict[str, Any] = {}
@@ -331,6 +332,9 @@ def _train_values(
         elif f.name in saved_train and f.name not in PER_INVOCATION:
             values[f.name] = saved_train[f.name]
             sources[f.name] = f"the resumed run ({args.out}/train_args.json)"
+        elif sizing is not None and f.name in sizing.train:
+            values[f.name] = sizing.train[f.name]
+            sources[f.name] = "the sizing from the data"
         elif f.name in entry.recipe.train:
             values[f.name] = entry.recipe.train[f.name]
             sources[f.name] = f"the {entry.name} recipe"
@@ -391,9 +395,11 @@ def _preset(settings: dict[str, Any], family: str, entry: Any) -> str:
     return family
 
 
-def _model_values(settings: dict[str, Any], entry: Any, preset: str, task: str) -> dict[str, Any]:
-    """Config fields for create_model: the recipe's extras, the data's facts for the task,
-    then --set."""
+def _model_values(
+    settings: dict[str, Any], entry: Any, preset: str, task: str, sizing: Any = None
+) -> dict[str, Any]:
+    """Config fields for create_model: the recipe's extras (or the sizing from the user's
+    data), the data's facts for the task, then --set."""
     from tfam.data import task_facts
 
     facts = task_facts(entry, task)
@@ -407,7 +413,8 @@ def _model_values(settings: dict[str, Any], entry: Any, preset: str, task: str) 
                 f"{key}={fact!r}"
             )
     recipe_model = dict(entry.recipe.model) if preset == entry.recipe.preset else {}
-    return {**recipe_model, **facts, **overrides}
+    sized = dict(sizing.model) if sizing is not None else {}
+    return {**recipe_model, **sized, **facts, **overrides}
 
 
 def _has_images(entry: Any) -> bool:
@@ -578,7 +585,17 @@ def run(args: argparse.Namespace) -> int:
         )
     _check_family(args.family, task_name)
     settings = _settings(args, saved, entry)
-    values, sources = _train_values(args, saved, entry)
+    # The user's own data with no --preset and no --init: sized from the data (else None).
+    from tfam.training.autosize import size_entry
+
+    given = {k: getattr(args, k) for k in ("batch_size", "epochs") if hasattr(args, k)}
+    entry, sizing = size_entry(
+        args.family, task_name, entry, preset=settings["preset"], init=getattr(args, "init", None),
+        overrides=settings["overrides"], given_train=given,
+    )  # fmt: skip
+    if sizing is not None and settings["threads"] is None:
+        settings["threads"] = sizing.threads
+    values, sources = _train_values(args, saved, entry, sizing)
     options = {f.name: field_option(f.name) for f in dataclasses.fields(_train_config_class())}
     try:
         config = _train_config_class()(**values)
@@ -590,7 +607,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(check_threads(settings["threads"]))
 
     preset = _preset(settings, args.family, entry)
-    model_values = _model_values(settings, entry, preset, task_name)
+    model_values = _model_values(settings, entry, preset, task_name, sizing)
     torch.manual_seed(config.seed)  # model init; the trainer seeds the rest
     try:
         model = tfam.create_model(preset, **model_values)
@@ -640,6 +657,10 @@ def run(args: argparse.Namespace) -> int:
         # "1 thread", or under torchrun "2 processes (gloo), 1 thread each".
         compute = processes_text(torch.get_num_threads(), device=config.device)
         epochs = f"{config.epochs} epoch{'s' if config.epochs != 1 else ''}"
+        if entry.is_folder:
+            print(entry.info.description, flush=True)  # the data, and how its splits were made
+        if sizing is not None:
+            print(sizing.line, flush=True)
         print(
             f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {_items(train_set, task)}, "
             f"{epochs}{budget} of {batch}, lr {config.lr:g} ({config.schedule}), "

@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tfam.data.sources.charlm import KJV_CHARS_INFO, load_kjv_chars
-from tfam.data.sources.folder import FOLDER_SPLITS, FOLDER_VAL_FRACTION, ImageFolder, scan_folder
+from tfam.data.sources.folder import FOLDER_VAL_FRACTION, ImageFolder, scan_folder
 from tfam.data.sources.images import (
     DIGITS,
     FASHION_MNIST,
@@ -192,30 +192,46 @@ def get_dataset(name: str) -> DatasetEntry:
     return _CATALOG[key]
 
 
-def folder_entry(path: str | os.PathLike) -> DatasetEntry:
-    """An image folder (one sub-folder per class) as a catalog entry; scans it (see
-    :mod:`tfam.data.sources.folder`), so unreadable files are named here."""
-    index = scan_folder(path)
+def folder_entry(
+    path: str | os.PathLike, image_size: int | tuple[int, int] | None = None
+) -> DatasetEntry:
+    """An image folder (one sub-folder per class, or timm's train/ val/ test/ layout) as a
+    catalog entry; scans it (see :mod:`tfam.data.sources.folder`), so unreadable files are
+    named here. ``image_size``: bring every image to this size (default: the first image's)."""
+    index = scan_folder(path, image_size)
     h, w = index.image_size
     folder = index.root
+    size = index.image_size if image_size is not None else None
 
     def loader(split: str, *, root: Any = None, seed: int = 0) -> ImageFolder:
-        return ImageFolder(folder, split, seed=seed)
+        return ImageFolder(folder, split, seed=seed, image_size=size)
 
     root = folder
-    fit_size = len(ImageFolder(root, "fit"))
+    train = len(ImageFolder(root, "train", image_size=size))
+    fit_size = len(ImageFolder(root, "fit", image_size=size))
+    val_size = len(ImageFolder(root, "val", image_size=size))
+    has_test = "test" in index.splits
+    test_size = len(ImageFolder(root, "test", image_size=size)) if has_test else 0
+    if index.split_ranges:
+        splits_text = f"splits as given (timm layout): {train} train/ / {val_size} val/" + (
+            f" / {test_size} test/" if has_test else ""
+        )
+    else:
+        splits_text = (
+            f"{fit_size} fit / {val_size} val ({FOLDER_VAL_FRACTION:.0%} stratified holdout, "
+            "seeded)"
+        )
     info = DatasetInfo(
         name=str(root),
         image_size=h if h == w else (h, w),
         in_channels=index.in_channels,
         classes=index.classes,
         pixel_scale=255,
-        train_size=len(index.files),
-        test_size=0,
+        train_size=train,
+        test_size=test_size,
         description=(
             f"image folder {root}: {len(index.files)} images in {len(index.classes)} classes, "
-            f"{fit_size} fit / {len(index.files) - fit_size} val "
-            f"({FOLDER_VAL_FRACTION:.0%} stratified holdout)"
+            + splits_text
         ),
     )
     return DatasetEntry(
@@ -225,8 +241,8 @@ def folder_entry(path: str | os.PathLike) -> DatasetEntry:
         loader=loader,
         # Your photos: random crops of 1/16 of the side, flips (most photos are mirror-safe).
         augment=(max(h, w) // 16, True),
-        splits=FOLDER_SPLITS,
-        test_split=None,
+        splits=index.splits,
+        test_split="test" if has_test else None,
         is_folder=True,
     )
 

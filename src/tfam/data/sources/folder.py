@@ -8,6 +8,19 @@
     val = ImageFolder("photos", "val")
     x, y = train[0]                            # (C, H, W) float32 normalised, int label
 
+Or timm's layout, whose splits are then used as given (no holdout):
+
+    photos/
+      train/ cat/ ... dog/ ...
+      val/ cat/ ... dog/ ...          (or validation/)
+      test/ cat/ ... dog/ ...         (optional)
+
+    ImageFolder("photos", "fit")      # = "train": every image of train/
+    ImageFolder("photos", "test")     # test/, when there is one
+
+A root with a ``train/`` and a ``val/`` (or ``validation/``) folder is read this way; every split
+must hold the same classes (one line naming the folder and the class otherwise).
+
 Classes are the sub-folder names, sorted; files are PNG, JPEG, BMP, GIF, WebP or TIFF (by
 extension, case-insensitive; hidden files are skipped). Every image is brought to one size and
 one channel count: by default those of the first image (sorted by class, then file name);
@@ -19,7 +32,8 @@ every file's header is read and checked (``PIL.Image.verify``), so an unreadable
 before training starts, and the per-channel mean and std of ``pixel / 255`` are computed over
 the "train" split (all images, or a fixed sample of 2,048 for larger folders). A folder has
 the splits "train" (all images), "fit" and "val" (a class-stratified ``val_fraction`` holdout of
-train, seeded by ``seed``); it has no test split.
+train, seeded by ``seed``); it has no test split. In timm's layout "train" and "fit" are
+``train/``, "val" is ``val/`` and "test" is ``test/`` (``FolderIndex.splits`` names them).
 """
 
 from __future__ import annotations
@@ -38,12 +52,25 @@ from torch import Tensor
 from tfam.data.sources.images import check_split, holdout_split
 from tfam.data.vision.imageio import open_image, resize_image, to_mode
 
-__all__ = ["FOLDER_SPLITS", "IMAGE_EXTENSIONS", "FolderIndex", "ImageFolder", "scan_folder"]
+__all__ = [
+    "FOLDER_SPLITS",
+    "IMAGE_EXTENSIONS",
+    "FolderIndex",
+    "ImageFolder",
+    "layout_dirs",
+    "scan_folder",
+]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 FOLDER_SPLITS = ("train", "fit", "val")
+# timm's folder names per split (the first found is used).
+LAYOUT_DIRS = {"train": ("train",), "val": ("val", "validation"), "test": ("test",)}
 FOLDER_VAL_FRACTION = 0.2
 STATS_SAMPLE = 2048
+# A folder whose decoded pixels fit in this many bytes is decoded once and kept in memory, and
+# its splits get the in-memory fast path ``get_batch``: a small folder trained for hundreds of
+# epochs then decodes each file once, not once an epoch (and starts no loader workers).
+IN_MEMORY_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -59,9 +86,26 @@ class FolderIndex:
     in_channels: int
     mean: Tensor
     std: Tensor
+    # timm's layout: (split, start, stop) of each split's files in ``files``; () = one folder.
+    split_ranges: tuple[tuple[str, int, int], ...] = ()
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The split names ``ImageFolder`` accepts for this folder."""
+        if not self.split_ranges:
+            return FOLDER_SPLITS
+        return ("train", "fit", *(name for name, _, _ in self.split_ranges if name != "train"))
+
+    def split_range(self, split: str) -> range:
+        """The indices into ``files`` of a split given by the layout ("fit" is "train")."""
+        split = "train" if split == "fit" else split
+        for name, start, stop in self.split_ranges:
+            if name == split:
+                return range(start, stop)
+        return range(len(self.files))
 
 
-def _image_files(root: Path) -> tuple[list[Path], list[int], tuple[str, ...]]:
+def _image_files(root: Path, min_classes: int = 2) -> tuple[list[Path], list[int], tuple[str, ...]]:
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {str(root)!r} not found")
     class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
@@ -79,13 +123,56 @@ def _image_files(root: Path) -> tuple[list[Path], list[int], tuple[str, ...]]:
         labels += [len(classes)] * len(found)
         classes.append(d.name)
         files += found
-    if len(classes) < 2:
+    if len(classes) < min_classes:
         raise ValueError(
             f"image folder {str(root)!r} is invalid: expected one sub-folder per class with "
             f"image files ({', '.join(IMAGE_EXTENSIONS)}), at least two classes; found "
             f"{len(classes)} class folder(s) with images"
         )
     return files, labels, tuple(classes)
+
+
+def layout_dirs(root: Path) -> dict[str, Path] | None:
+    """timm's layout: {"train": root/train, "val": root/val or root/validation, "test":
+    root/test when present}; None when ``root`` is one folder of class sub-folders."""
+    found = {}
+    for split, names in LAYOUT_DIRS.items():
+        for name in names:
+            if (root / name).is_dir():
+                found[split] = root / name
+                break
+    return found if "train" in found and "val" in found else None
+
+
+def _layout_files(root: Path) -> tuple[list[Path], list[int], tuple[str, ...], tuple]:
+    """Files, labels, classes and split ranges of either layout (see the module docstring)."""
+    dirs = layout_dirs(root) if root.is_dir() else None
+    if dirs is None:
+        files, labels, classes = _image_files(root)
+        return files, labels, classes, ()
+    files, labels, classes = _image_files(dirs["train"])
+    ranges = [("train", 0, len(files))]
+    for split in ("val", "test"):
+        if split not in dirs:
+            continue
+        # Fewer classes here is named below as the class it lacks.
+        more, more_labels, theirs = _image_files(dirs[split], min_classes=0)
+        missing = [c for c in classes if c not in theirs]
+        extra = [c for c in theirs if c not in classes]
+        if missing or extra:
+            what = (
+                f"{dirs[split].name}/ has no images of class {missing[0]!r}"
+                if missing
+                else f"{dirs[split].name}/ has class {extra[0]!r}, which train/ lacks"
+            )
+            raise ValueError(
+                f"image folder {str(root)!r} is invalid: {what}; every split needs the same "
+                f"classes ({', '.join(classes)})"
+            )
+        ranges.append((split, len(files), len(files) + len(more)))
+        files += more
+        labels += [classes.index(theirs[i]) for i in more_labels]
+    return files, labels, classes, tuple(ranges)
 
 
 def _check_file(path: Path) -> tuple[tuple[int, int], str]:
@@ -110,12 +197,12 @@ def _scan(
     in_channels: int | None,
 ) -> FolderIndex:
     path = Path(root)
-    files, labels, classes = _image_files(path)
+    files, labels, classes, ranges = _layout_files(path)
     sizes, modes = zip(*(_check_file(f) for f in files))
     size = image_size or sizes[0]
     grey = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F"}
     channels = in_channels or (1 if all(m in grey for m in modes) else 3)
-    n = len(files)
+    n = ranges[0][2] if ranges else len(files)  # statistics of the train split (files first)
     sample = range(n) if n <= STATS_SAMPLE else torch.randperm(n, generator=torch.Generator().manual_seed(0))[:STATS_SAMPLE].tolist()  # fmt: skip
     stack = np.stack([_decode(files[i], channels, size) for i in sample])  # (S, H, W, C)
     from tfam.data.sources.images import compute_mean_std
@@ -130,6 +217,7 @@ def _scan(
         in_channels=channels,
         mean=mean,
         std=std,
+        split_ranges=ranges,
     )
 
 
@@ -144,7 +232,7 @@ def scan_folder(
         image_size = (image_size, image_size)
     if in_channels not in (None, 1, 3):
         raise ValueError(f"in_channels={in_channels!r} is invalid: expected 1 or 3")
-    files, _, _ = _image_files(path)
+    files = _layout_files(path)[0]
     stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
     size = tuple(int(v) for v in image_size) if image_size is not None else None
     return _scan(str(path), stamp, size, in_channels)
@@ -174,8 +262,8 @@ class ImageFolder(torch.utils.data.Dataset):
         mean: Sequence[float] | Tensor | None = None,
         std: Sequence[float] | Tensor | None = None,
     ) -> None:
-        check_split(split, FOLDER_SPLITS)
         index = scan_folder(root, image_size, in_channels)
+        check_split(split, index.splits)
         self.index = index
         self.root = index.root
         self.split = split
@@ -184,7 +272,10 @@ class ImageFolder(torch.utils.data.Dataset):
         self.in_channels = index.in_channels
         self.seed = seed
         self.val_fraction = val_fraction
-        if split == "train":
+        if index.split_ranges:  # timm's layout: the splits as given
+            span = index.split_range(split)
+            self.indices = torch.arange(span.start, span.stop)
+        elif split == "train":
             self.indices = torch.arange(len(index.files))
         else:
             keep, holdout = holdout_split(index.labels, val_fraction, seed)
@@ -196,6 +287,10 @@ class ImageFolder(torch.utils.data.Dataset):
         self.std = self.std.reshape(-1).expand(self.in_channels).clone()
         if not bool((self.std > 0).all()):
             raise ValueError(f"std={self.std.tolist()} is invalid: every value must be > 0")
+        h, w = index.image_size
+        if len(index.files) * self.in_channels * h * w <= IN_MEMORY_BYTES:
+            # An instance attribute, so ``hasattr(ds, "get_batch")`` says whether it is there.
+            self.get_batch = self._get_batch
 
     @property
     def image_size(self) -> int | tuple[int, int]:
@@ -232,6 +327,15 @@ class ImageFolder(torch.utils.data.Dataset):
         x = (x - self.mean.view(-1, 1, 1)) / self.std.view(-1, 1, 1)
         return x, int(self.labels[i])
 
+    def _get_batch(self, indices: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
+        """(images (B, C, H, W) float32 normalised, labels (B,) int64) of items ``indices``,
+        from the folder's pixels decoded once (the same values as ``ds[i]``)."""
+        idx = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+        pixels = _all_pixels(self.index).index_select(0, self.indices.index_select(0, idx))
+        x = pixels.to(torch.float32).div_(self.pixel_scale)
+        x = (x - self.mean.view(1, -1, 1, 1)) / self.std.view(1, -1, 1, 1)
+        return x, self.labels.index_select(0, idx)
+
     def with_stats(
         self, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor
     ) -> ImageFolder:
@@ -257,6 +361,15 @@ class ImageFolder(torch.utils.data.Dataset):
         )
 
 
+@functools.cache
+def _all_pixels(index: FolderIndex) -> Tensor:
+    """(N, C, H, W) uint8 pixels of every file of a scanned folder, in ``index.files`` order."""
+    c, (h, w) = index.in_channels, index.image_size
+    stack = np.stack([_decode(f, c, (h, w)) for f in index.files])  # (N, H, W, C)
+    return torch.from_numpy(stack).permute(0, 3, 1, 2).contiguous()
+
+
 def clear_folder_cache() -> None:
-    """Forget every folder scanned in this process."""
+    """Forget every folder scanned (and decoded) in this process."""
     _scan.cache_clear()
+    _all_pixels.cache_clear()
