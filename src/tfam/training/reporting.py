@@ -181,6 +181,32 @@ class ReportingMixin:
                     "intact (resume writes the model again)"
                 ) from None
 
+    def _saved_text(self, r: TrainResult) -> str:
+        """Which weights were saved (and tested), for the final line: " of the saved model,
+        epoch 7 of 10 (best val 75.00%; last epoch val 54.17%)"."""
+        fmt, saved = self._fmt_metric, r.saved
+        metric = self.task.primary_metric
+        best = self._best_row()
+        if not self.keeps_best:  # no validation split: the last weights are saved
+            chosen = ""
+            if best is not None:
+                chosen = (
+                    f"best {self.eval_split} {fmt(self._score(best))} at epoch {best['epoch']}; "
+                )
+            what = "epoch" if saved.get("rule") != "last step" else "step"
+            return f" ({chosen}the last {what} is saved: no validation split)"
+        val = saved.get("val", {}).get(metric, math.nan)
+        last = r.val_metrics.get(metric, math.nan)
+        if saved.get("rule") == "last step":
+            where = f"the last step ({self.global_step}), val {fmt(val)}"
+            if best is not None:
+                where += f"; best epoch {best['epoch']}: val {fmt(self._score(best))}"
+            return f" of the saved model: {where}"
+        text = f" of the saved model: epoch {saved.get('epoch')}, best val {fmt(val)}"
+        if int(saved.get("epoch", -1)) != self.epoch:
+            text += f" (last epoch {self.epoch}: val {fmt(last)})"
+        return text
+
     # -- the result ---------------------------------------------------------------------------
     # -- the end ------------------------------------------------------------------------------
     def _finish(self, stopped_early: bool) -> TrainResult:
@@ -191,6 +217,8 @@ class ReportingMixin:
             per_epoch = self._final_row_metrics()
         else:  # stopped mid-epoch: evaluate the weights as they are
             per_epoch = self.evaluate_metrics() or {}
+        # The weights to save and test: the best validation epoch's (tfam.training.best).
+        self.saved = self._choose_saved(per_epoch if self.val_set is not None else {})
         if self.val_set is not None:
             test = (self.evaluate_metrics(self.test_set) or {}) if self.test_set is not None else {}
             result = self._result(test, per_epoch, stopped_early)
@@ -279,6 +307,7 @@ class ReportingMixin:
             val_metrics=dict(val),
             already_finished=already_finished,
             refit=refit,
+            saved=dict(getattr(self, "saved", None) or {}) if not already_finished else {},
         )
 
     def _final_line(self, r: TrainResult) -> str:
@@ -306,7 +335,8 @@ class ReportingMixin:
             )
             epochs = f"{plan.selection_epochs} + {plan.epochs_text} epochs"
         else:
-            text += f" ({chosen})" if chosen else ""
+            saved = self._saved_text(r)
+            text += saved if not math.isnan(test) else saved.replace(" of the saved", "; the saved")
             epochs = f"{self.epoch} epochs"
         text += f"; {epochs}, {self.global_step} steps in {r.seconds:.1f} s"
         if self.out_dir is not None:

@@ -20,8 +20,8 @@ __all__ = ["RESULTS_NAME", "TrainResult", "preprocess_info", "results_record", "
 class TrainResult:
     """What a finished (or stopped) run reached. Accuracies are fractions in [0, 1].
 
-    ``final_test_acc`` / ``final_test_loss``: the test split after the last step (NaN without
-    a test split). ``best_test_acc`` / ``best_epoch``: without a validation split, the best
+    ``final_test_acc`` / ``final_test_loss``: the test split on the saved model (below; NaN
+    without a test split). ``best_test_acc`` / ``best_epoch``: without a validation split, the best
     end-of-epoch test accuracy (the final one, and epoch 0, if no epoch was completed); with
     one, ``best_epoch`` is the epoch of the best validation score (``best_val_acc``) and
     ``best_test_acc`` is NaN (the test split is evaluated once, at the end).
@@ -32,6 +32,12 @@ class TrainResult:
     ``epochs_completed`` and ``stopped_early`` describe the selection run; ``steps`` and
     ``seconds`` the whole run; ``refit`` holds the refit's ``epochs``, ``steps`` and
     ``examples`` (empty without refit).
+
+    The saved model (``out_dir/model.safetensors``, and ``trainer.model`` after ``fit``) is the
+    best validation epoch's; the final test values are that model's. ``saved`` says which:
+    ``epoch``, ``step``, ``rule`` ("best val"; "last epoch" without a validation split; "last
+    step" when weights taken mid-epoch beat every epoch; "refit") and ``val`` (its validation
+    metrics). ``final_val_*`` and ``val_metrics`` are the last epoch's, as the per-epoch rows.
     """
 
     final_test_acc: float
@@ -51,6 +57,7 @@ class TrainResult:
     val_metrics: dict[str, float] = field(default_factory=dict)
     already_finished: bool = False
     refit: dict[str, Any] = field(default_factory=dict)
+    saved: dict[str, Any] = field(default_factory=dict)
 
 
 def preprocess_info(dataset: Any) -> dict[str, Any] | None:
@@ -76,7 +83,8 @@ RESULTS_NAME = "results.json"  # a finished run's final scores, for scripts and 
 
 def results_record(r: TrainResult) -> dict[str, Any]:
     """What ``results.json`` holds: the final test and validation metrics, the validation
-    metrics of the best epoch (``best_val``, with a validation split), the run's extent, and
+    metrics of the best epoch (``best_val``, with a validation split), which weights were saved
+    and tested (``saved``: epoch, step, rule, val), the run's extent, and
     with refit the refit's extent (``refit``: epochs, steps, examples; ``test`` is then the
     refit model's score). NaN, which JSON cannot hold, becomes null."""
 
@@ -99,6 +107,8 @@ def results_record(r: TrainResult) -> dict[str, Any]:
         )
     if r.refit:
         record["refit"] = dict(r.refit)
+    if r.saved:
+        record["saved"] = {**r.saved, "val": clean(dict(r.saved.get("val") or {}))}
     return record
 
 

@@ -69,6 +69,7 @@ from torch import Tensor, nn
 import tfam.training.distributed as D  # not via the package face, which imports us
 import tfam.training.sharding as sharding
 from tfam.training.batching import epoch_index_batches, load_batches, token_batches
+from tfam.training.best import BestMixin
 from tfam.training.config import TrainConfig
 from tfam.training.control import KILL_ENV, KILL_RANK_ENV, ControlMixin, Stop, kill_step
 from tfam.training.devices import (
@@ -90,7 +91,7 @@ from tfam.training.tasks import Augment, Batch, ImageClassification, Task, split
 __all__ = ["KILL_ENV", "KILL_RANK_ENV", "Trainer", "train"]
 
 
-class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
+class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin):
     """Trains ``model`` on ``train_set`` for ``task`` (default: :class:`ImageClassification`,
     ``model(x (B, C, H, W)) -> logits (B, num_classes)``).
 
@@ -451,6 +452,7 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
             and self._epochs_since_best() >= cfg.patience
         ):
             self.stopped_early = True
+        self._remember_best(row)  # before the checkpoint that refers to it
         self.save()
         if self.dist.is_main:
             for cb in self.callbacks:
