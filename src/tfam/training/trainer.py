@@ -150,7 +150,11 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
             )
         # FSDP shards the weights: reading or writing them whole is a collective.
         self._sharded = config.fsdp and self.dist.enabled
-        self._init_lines = load_init_weights(model, config.init) if config.init else []
+        self._init_lines = (
+            load_init_weights(model, config.init, data=self.run_args.get("data"))
+            if config.init
+            else []
+        )
         model.to(self.device)
         self.train_model: nn.Module = D.wrap_model(model, self.dist, self.device, config.fsdp)
         if config.compile:
