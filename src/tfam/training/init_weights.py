@@ -44,10 +44,13 @@ def _classes(config: Any) -> Any:
 
 
 def _modules(names: Iterable[str]) -> str:
-    """'head' for head.weight, head.bias; at most three module names, then a count."""
+    """'head' for head.weight, head.bias; 'encoder.blocks.1' for every tensor of that block;
+    at most three such names, then a count."""
     groups: list[str] = []
     for name in names:
-        module = name.rsplit(".", 1)[0] if "." in name else name
+        parts = name.split(".")
+        numbered = [i for i, p in enumerate(parts[:-1]) if p.isdigit()]
+        module = ".".join(parts[: numbered[0] + 1] if numbered else parts[:-1] or parts)
         if module not in groups:
             groups.append(module)
     shown = ", ".join(groups[:3])
@@ -132,7 +135,7 @@ def load_init_weights(model: nn.Module, init: str, data: str | None = None) -> l
             "same shape)"
         )
     where = init if path is not None or not has_pretrained(init) else f"{init} (pretrained)"
-    parts = [f"init: {where} -> {len(copied)} tensors copied"]
+    parts = [f"init: {where} -> {len(copied)} tensor{'s' if len(copied) != 1 else ''} copied"]
     for name in resampled:
         a, b = tuple(raw[name].shape), tuple(mine[name].shape)
         grids = [getattr(c, "grid_size", None) for c in (theirs_config, mine_config)]
@@ -163,5 +166,6 @@ def load_init_weights(model: nn.Module, init: str, data: str | None = None) -> l
         except (OSError, ValueError):
             trained_on = ""
         if trained_on and trained_on != data and a is not None:
-            parts.append(f"head copied ({a} classes of {trained_on}, until trained on {data})")
+            a_name, b_name = Path(trained_on).name, Path(data).name  # folders: their names
+            parts.append(f"head copied ({a} classes of {a_name}, until trained on {b_name})")
     return [", ".join(parts)]
