@@ -195,3 +195,18 @@ def test_learned_1d_positions_are_resampled_to_a_new_length(tmp_path: Path) -> N
     for name, tensor in shorter.state_dict().items():
         if name != "pos_embed":
             assert torch.equal(tensor, source.state_dict()[name]), name
+
+
+def test_init_with_another_vocabulary_is_one_line(cli, one_line, tmp_path: Path) -> None:
+    """A run on `copy` (20 ids) cannot start kjv-rv (8000 BPE pieces): its embeddings would be
+    read for other pieces."""
+    run = tmp_path / "copy"
+    small = ["--set", "dim=16", "--set", "heads=2", "--set", "ffn_dim=32", "--threads", "1"]
+    code, _, err = cli(["train", "transformer", "--data", "copy", "--out", run, *small,
+                        "--max-steps", "1", "--quiet"])  # fmt: skip
+    assert code == 0, err
+    code, _, err = cli(["train", "transformer", "--data", "kjv-rv", "--init", run, "--out",
+                        tmp_path / "x", *small])  # fmt: skip
+    line = one_line(err)
+    assert code == 2 and f"--init '{run}' is invalid for --data kjv-rv" in line
+    assert "its vocabulary has 20 tokens, the data's tokenizer 8000" in line
