@@ -210,3 +210,15 @@ def test_init_with_another_vocabulary_is_one_line(cli, one_line, tmp_path: Path)
     line = one_line(err)
     assert code == 2 and f"--init '{run}' is invalid for --data kjv-rv" in line
     assert "its vocabulary has 20 tokens, the data's tokenizer 8000" in line
+
+
+def test_a_run_started_from_init_resumes_with_its_architecture(runs, cli, tmp_path) -> None:
+    """--resume does not repeat --init; the model is built as the run was (RUN's width), not
+    from the data's recipe (vit_digits), so the checkpoint fits."""
+    out = tmp_path / "t"
+    argv = ["train", "vit", "--data", "digits", "--out", out, "--threads", "1", "--quiet"]
+    code, _, err = cli([*argv, "--init", runs["digits_run"], "--epochs", "1", *QUICK])
+    assert code == 0, err
+    code, _, err = cli(["train", "vit", "--data", "digits", "--out", out, "--resume"])
+    assert code == 0, err
+    assert tfam.from_pretrained(out).config.dim == 16

@@ -385,6 +385,16 @@ def _preset(settings: dict[str, Any], family: str, entry: Any, init: str | None 
     return family
 
 
+def _built_from(init: str | None, saved: dict[str, Any] | None) -> str | None:
+    """The --init whose architecture the model is built from: this command's, else (resuming)
+    the one the run was started with (--init itself is per invocation: the weights come from
+    the checkpoint, the architecture must not change)."""
+    if init is not None or saved is None:
+        return init
+    value = ((saved.get("train_config") or {}).get("init")) or None
+    return str(value) if value is not None else None
+
+
 def _init_architecture(init: str | None, preset: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The config fields of --init RUN (a run or model directory, without --preset): its
     config.json, so the new run is built as RUN was; {} otherwise."""
@@ -601,8 +611,9 @@ def run(args: argparse.Namespace) -> int:
     if settings["threads"] is not None:
         torch.set_num_threads(check_threads(settings["threads"]))
 
-    preset = _preset(settings, args.family, entry, config.init)
-    model_values = _model_values(settings, entry, preset, task_name, config.init)
+    built_from = _built_from(config.init, saved)
+    preset = _preset(settings, args.family, entry, built_from)
+    model_values = _model_values(settings, entry, preset, task_name, built_from)
     torch.manual_seed(config.seed)  # model init; the trainer seeds the rest
     try:
         model = tfam.create_model(preset, **model_values)
