@@ -160,3 +160,33 @@ def test_without_validation_the_last_epoch_is_saved(tmp_path: Path, capsys) -> N
     said = capsys.readouterr().out
     assert "the last epoch is saved: no validation split" in said
     assert not list((tmp_path / "r" / "checkpoints").glob(f"{BEST_PREFIX}*"))
+
+
+def test_stopped_mid_epoch_saves_the_better_of_best_epoch_and_last_step() -> None:
+    """max_steps inside epoch 6: the best epoch (5) is saved unless the last step's weights
+    score better on validation."""
+    fit, test = load_dataset("digits", "fit"), load_dataset("digits", "test")
+    val = torch.utils.data.Subset(load_dataset("digits", "val"), range(12))
+    snaps = Snapshots()
+    config = TrainConfig(
+        epochs=6,
+        batch_size=64,
+        lr=2e-2,
+        progress=False,
+        quiet=True,
+        num_workers=0,
+        max_steps=5 * 21 + 3,
+    )
+    model = tiny()
+    trainer = Trainer(model, fit, test, config, val_set=val, callbacks=[snaps])
+    result = trainer.fit()
+    assert result.epochs_completed == 5 and result.steps == 5 * 21 + 3
+    saved = result.saved
+    if saved["rule"] == "best val":
+        assert saved["epoch"] == result.best_epoch
+        assert all(torch.equal(v, snaps.weights[saved["epoch"]][k]) for k, v in
+                   model.state_dict().items())  # fmt: skip
+    else:
+        assert saved["rule"] == "last step" and saved["step"] == 5 * 21 + 3
+        assert saved["val"]["acc"] > result.best_val_acc
+    assert result.final_test_acc == trainer.evaluate(test)[1]

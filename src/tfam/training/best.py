@@ -161,13 +161,7 @@ class BestMixin:
                 "checkpoint this run resumed from; the last weights are saved",
                 always=True,
             )
-            return (
-                ending
-                if mid_epoch
-                else SavedModel(
-                    epoch=self.epoch, step=self.global_step, rule="last epoch", val=last
-                )
-            )
+            return ending
         sharding.load_full_model_weights(self.model, self._best_weights(), self._sharded)
         self._best_memory = None
         return chosen
