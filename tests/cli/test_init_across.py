@@ -222,3 +222,26 @@ def test_a_run_started_from_init_resumes_with_its_architecture(runs, cli, tmp_pa
     code, _, err = cli(["train", "vit", "--data", "digits", "--out", out, "--resume"])
     assert code == 0, err
     assert tfam.from_pretrained(out).config.dim == 16
+
+
+def test_init_with_another_tokenizer_of_the_same_size_is_refused(tmp_path: Path) -> None:
+    """Same vocabulary size, other pieces: RUN's embeddings would be read for the wrong ids."""
+    from types import SimpleNamespace
+
+    from tfam.cli.train import _check_init_tokenizer
+
+    (tmp_path / "tokenizer.json").write_text('{"model": {"vocab": {"a": 0, "b": 1}}}')
+    entry = SimpleNamespace(name="mine")
+
+    class Tok:
+        def __init__(self, vocab: dict) -> None:
+            self.vocab = vocab
+
+        def to_json(self) -> str:
+            import json
+
+            return json.dumps({"model": {"vocab": self.vocab}}, indent=4)
+
+    _check_init_tokenizer(str(tmp_path), Tok({"a": 0, "b": 1}), entry)  # same: accepted
+    with pytest.raises(ValueError, match=r"--init '.*' is invalid for --data mine: its tokenizer"):
+        _check_init_tokenizer(str(tmp_path), Tok({"a": 1, "b": 0}), entry)
