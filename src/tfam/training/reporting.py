@@ -6,9 +6,11 @@ run files (``train_args.json``, ``preprocess.json``, the saved model) and the
 :class:`~tfam.training.results.TrainResult`.
 
 Files written into ``out_dir`` (by rank 0): ``checkpoints/last.pt`` and ``checkpoints/prev.pt``
-(see :mod:`tfam.training.checkpoint`), ``metrics.csv`` (see :mod:`tfam.training.metrics`),
+(see :mod:`tfam.training.checkpoint`), ``checkpoints/best-step<S>.pt`` (the best validation
+epoch's weights, :mod:`tfam.training.best`), ``metrics.csv`` (see :mod:`tfam.training.metrics`),
 ``.tfam-train.lock`` (see :mod:`tfam.training.runlock`), and at the end ``config.json`` +
-``model.safetensors`` (``model.save_pretrained``), ``preprocess.json``, ``train_args.json``;
+``model.safetensors`` (``model.save_pretrained``: the best validation epoch's weights),
+``preprocess.json``, ``train_args.json``, ``results.json``;
 callbacks may add more (``curves.png`` by :class:`tfam.training.callbacks.CurvesCallback`).
 """
 

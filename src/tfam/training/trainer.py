@@ -13,7 +13,8 @@ knows no family and no data kind.
     print(result.final_test_acc, result.best_val_acc)
 
 Splits. With ``val_set`` the model is evaluated on it after every epoch; "best" and early
-stopping (``patience``) use it, and the test split is evaluated once, at the end. Without
+stopping (``patience``) use it. At the end the best epoch's weights go back into the model,
+which the test split scores once and which is saved (:mod:`tfam.training.best`). Without
 ``val_set`` the per-epoch evaluation runs on ``test_set`` (as before validation splits
 existed); the "best" it reports is then chosen on the test split and is optimistic.
 
