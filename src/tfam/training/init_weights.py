@@ -11,6 +11,7 @@ reset. One line says what was copied, resampled and reset."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,16 @@ def _modules(names: Iterable[str]) -> str:
             groups.append(module)
     shown = ", ".join(groups[:3])
     return shown + (f" and {len(groups) - 3} more" if len(groups) > 3 else "")
+
+
+def _trained_on(run: Path) -> str:
+    """The dataset a run directory was trained on (its train_args.json; "" when unknown).
+    Read here, not through tfam.runs, which sits above training."""
+    try:
+        args = json.loads((run / "train_args.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str(args.get("data") or "") if isinstance(args, dict) else ""
 
 
 def _source(init: str) -> tuple[nn.Module, Path | None]:
@@ -159,12 +170,7 @@ def load_init_weights(model: nn.Module, init: str, data: str | None = None) -> l
             line += f" (not in {init})"
         parts.append(line)
     if not reset and not unknown and data is not None and path is not None:
-        from tfam.runs import read_config, run_task
-
-        try:
-            trained_on = run_task(path, read_config(path)).data
-        except (OSError, ValueError):
-            trained_on = ""
+        trained_on = _trained_on(path)
         if trained_on and trained_on != data and a is not None:
             a_name, b_name = Path(trained_on).name, Path(data).name  # folders: their names
             parts.append(f"head copied ({a} classes of {a_name}, until trained on {b_name})")
