@@ -498,13 +498,10 @@ def test_init_from_pretrained_weights_copies_the_encoder_and_says_the_head_is_fr
         if not key.startswith("classifier."):
             assert torch.equal(tensor, theirs[key]), key
     assert torch.equal(model.classifier.weight, fresh)
-    assert lines[0] == (
-        f"init: copied {len(mine) - 2}/{len(mine)} tensors from the pretrained weights of {name}"
-    )
-    assert lines[1] == (
-        f"init: not in {name}, trained from scratch: classifier.weight, classifier.bias "
-        f"({name} has head='none', this model a fresh 'sequence' head)"
-    )
+    assert lines == [
+        f"init: {name} (pretrained) -> {len(mine) - 2} tensors copied, classifier new "
+        "(head 'none' -> 'sequence')"
+    ]
 
 
 def test_init_minilm_l6_loads_the_packaged_weights_into_a_tagger() -> None:
@@ -519,8 +516,9 @@ def test_init_minilm_l6_loads_the_packaged_weights_into_a_tagger() -> None:
     for key, tensor in model.state_dict().items():
         if not key.startswith("classifier."):
             assert torch.equal(tensor, theirs[key]), key
-    assert "from the pretrained weights of minilm_l6" in lines[0]
-    assert "a fresh 'token' head" in lines[1] and "classifier.weight" in lines[1]
+    (line,) = lines
+    assert line.startswith("init: minilm_l6 (pretrained) -> ")
+    assert line.endswith(", classifier new (head 'none' -> 'token')")
 
 
 def test_throughput_units_are_the_task_unit_not_rows():

@@ -377,9 +377,11 @@ def _settings(args: argparse.Namespace, saved: dict[str, Any] | None, entry: Any
     return settings
 
 
-def _preset(settings: dict[str, Any], family: str, entry: Any) -> str:
-    """The model to build: --preset (checked), else the recipe's preset when it is of this
-    family, else the family's own defaults."""
+def _preset(settings: dict[str, Any], family: str, entry: Any, init: str | None = None) -> str:
+    """The model to build: --preset (checked), else --init's architecture (a preset: that
+    preset; a run or model directory: the family, built from its config.json by
+    :func:`_model_values`), else the recipe's preset when it is of this family, else the
+    family's own defaults."""
     from tfam.models import PRESETS
 
     if settings["preset"] is not None:
@@ -389,32 +391,78 @@ def _preset(settings: dict[str, Any], family: str, entry: Any) -> str:
                 f"--preset {source.name!r} is a {source.family!r} model, but MODEL is {family!r}"
             )
         return source.name
+    if init is not None:
+        source = resolve_model(init, what="--init")
+        if source.family != family:
+            raise ValueError(
+                f"--init {init!r} is a {source.family!r} model, but MODEL is {family!r}: "
+                f"fine-tune it as `tfam train {source.family} ...`, or give --preset"
+            )
+        return source.name if source.kind == "preset" else family
     recipe = entry.recipe.preset
     if recipe in PRESETS and PRESETS[recipe].family == family:
         return recipe
     return family
 
 
+def _built_from(init: str | None, saved: dict[str, Any] | None) -> str | None:
+    """The --init whose architecture the model is built from: this command's, else (resuming)
+    the one the run was started with (--init itself is per invocation: the weights come from
+    the checkpoint, the architecture must not change)."""
+    if init is not None or saved is None:
+        return init
+    value = ((saved.get("train_config") or {}).get("init")) or None
+    return str(value) if value is not None else None
+
+
+def _init_architecture(init: str | None, preset: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The config fields of --init RUN (a run or model directory, without --preset): its
+    config.json, so the new run is built as RUN was; {} otherwise."""
+    from tfam.runs import read_config
+
+    if init is None or settings["preset"] is not None or not Path(init).is_dir():
+        return {}
+    values = read_config(Path(init)).to_dict()
+    values.pop("family", None)
+    return values
+
+
 def _model_values(
-    settings: dict[str, Any], entry: Any, preset: str, task: str, sizing: Any = None
+    settings: dict[str, Any], entry: Any, preset: str, task: str,
+    init: str | None = None,
+    sizing: Any = None,
 ) -> dict[str, Any]:
-    """Config fields for create_model: the recipe's extras (or the sizing from the user's
-    data), the data's facts for the task, then --set."""
+    """Config fields for create_model: --init RUN's config.json (see :func:`_preset`) or the
+    recipe's extras (or the sizing from the user's data), the data's facts for the task (image size, channels, classes, vocabulary),
+    then --set."""
     from tfam.data import task_facts
 
     facts = task_facts(entry, task)
     overrides = settings["overrides"]
+    shown = entry.name if not entry.is_folder else entry.info.name
     for key, fact in facts.items():
         if key in overrides and overrides[key] not in (fact, [fact, fact], (fact, fact)):
-            shown = entry.name if not entry.is_folder else entry.info.name
             needs = "its images need" if _has_images(entry) else "its data needs"
             raise ValueError(
                 f"--set {key}={overrides[key]!r} is invalid for --data {shown}: {needs} "
                 f"{key}={fact!r}"
             )
+    base = _init_architecture(init, preset, settings)
+    if init is not None and "vocab_size" in facts and "vocab_size" not in overrides:
+        from tfam.models import create_config
+
+        theirs = base.get("vocab_size") if base else None
+        if theirs is None and not Path(init).is_dir():
+            theirs = getattr(create_config(preset), "vocab_size", None)
+        if theirs is not None and theirs != facts["vocab_size"]:
+            raise ValueError(
+                f"--init {init!r} is invalid for --data {shown}: its vocabulary has {theirs} "
+                f"tokens, the data's tokenizer {facts['vocab_size']}; its token embeddings "
+                "would not mean this data's ids (fine-tune on data tokenized as it was)"
+            )
     recipe_model = dict(entry.recipe.model) if preset == entry.recipe.preset else {}
     sized = dict(sizing.model) if sizing is not None else {}
-    return {**recipe_model, **sized, **facts, **overrides}
+    return {**base, **recipe_model, **sized, **facts, **overrides}
 
 
 def _has_images(entry: Any) -> bool:
@@ -494,31 +542,26 @@ def _items(dataset: Any, task: Any) -> str:
     return _ITEM_NOUNS.get(task.name, task.unit)
 
 
-def _init_notes(init: str, entry: Any, task: str) -> list[str]:
-    """What --init DIR was trained for when it differs from this run's task or dataset: its
-    encoder is reused, its head is not (the trainer's own lines list the tensors)."""
-    from tfam.runs import read_config, run_task
-
-    path = Path(init)
-    if not path.is_dir() or not (path / "config.json").is_file():
-        return []
+def _check_init_tokenizer(init: str | None, tokenizer: Any, entry: Any) -> None:
+    """--init RUN whose tokenizer.json maps pieces to other ids than this data's tokenizer is
+    an error: RUN's token embeddings would be read for the wrong pieces. (User text datasets
+    take --init's tokenizer; catalog datasets have their own.) Compared on the vocabularies
+    when both files hold one (``model.vocab``)."""
+    if init is None or tokenizer is None or not (Path(init) / TOKENIZER_FILE).is_file():
+        return
     try:
-        theirs = run_task(path, read_config(path))
-    except (OSError, ValueError):
-        return []
-    if theirs.task and theirs.task != task:
-        return [
-            f"init: {init} was trained for {theirs}; this run trains {task} on "
-            f"{entry.name}: its body (embeddings and blocks) is reused, and the {task} "
-            "head starts fresh"
-        ]
-    if theirs.data and theirs.data != entry.name and theirs.task == task:
-        return [
-            f"init: {init} was trained on {theirs.data}; this run trains on {entry.name}: a "
-            "head of the same shape is copied, but its classes are those of "
-            f"{theirs.data} until training changes them"
-        ]
-    return []
+        theirs = json.loads((Path(init) / TOKENIZER_FILE).read_text(encoding="utf-8"))
+        mine = json.loads(_tokenizer_bytes(tokenizer).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return
+    a = theirs.get("model", {}).get("vocab") if isinstance(theirs, dict) else None
+    b = mine.get("model", {}).get("vocab") if isinstance(mine, dict) else None
+    if isinstance(a, dict | list) and isinstance(b, dict | list) and a != b:
+        raise ValueError(
+            f"--init {init!r} is invalid for --data {entry.name}: its tokenizer "
+            f"({Path(init) / TOKENIZER_FILE}) is not the data's, so its token embeddings "
+            "would not mean this data's ids"
+        )
 
 
 def _strip_nproc(argv: list[str]) -> list[str]:
@@ -589,8 +632,10 @@ def run(args: argparse.Namespace) -> int:
     from tfam.training.autosize import size_entry
 
     given = {k: getattr(args, k) for k in ("batch_size", "epochs") if hasattr(args, k)}
+    # A resumed --init run was built from its --init's architecture: no sizing then either.
+    init_given = _built_from(getattr(args, "init", None), saved)
     entry, sizing = size_entry(
-        args.family, task_name, entry, preset=settings["preset"], init=getattr(args, "init", None),
+        args.family, task_name, entry, preset=settings["preset"], init=init_given,
         overrides=settings["overrides"], given_train=given,
     )  # fmt: skip
     if sizing is not None and settings["threads"] is None:
@@ -606,8 +651,9 @@ def run(args: argparse.Namespace) -> int:
     if settings["threads"] is not None:
         torch.set_num_threads(check_threads(settings["threads"]))
 
-    preset = _preset(settings, args.family, entry)
-    model_values = _model_values(settings, entry, preset, task_name, sizing)
+    built_from = _built_from(config.init, saved)
+    preset = _preset(settings, args.family, entry, built_from)
+    model_values = _model_values(settings, entry, preset, task_name, built_from, sizing)
     torch.manual_seed(config.seed)  # model init; the trainer seeds the rest
     try:
         model = tfam.create_model(preset, **model_values)
@@ -621,6 +667,7 @@ def run(args: argparse.Namespace) -> int:
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
     task = task_for(task_name, train_set)  # the catalog's task for the data, or --task
     tokenizer = getattr(train_set, "tokenizer", None)
+    _check_init_tokenizer(config.init, tokenizer, entry)
     if tokenizer is not None and dist_info().is_main:
         save_tokenizer(out, tokenizer)
         classes = getattr(train_set, "classes", None)
@@ -630,9 +677,6 @@ def run(args: argparse.Namespace) -> int:
             # The class names of a text run's outputs, for predict and eval (an image run
             # keeps its classes in preprocess.json).
             write_labels(out, entry.task, entry.name, list(classes))
-    if config.init is not None and not config.quiet and dist_info().is_main:
-        for line in _init_notes(config.init, entry, task_name):
-            print(line, flush=True)
 
     spelled = ["--task" if args.data is None else "--data", data]
     if args.data is not None and asked is not None:

@@ -6,9 +6,11 @@ run files (``train_args.json``, ``preprocess.json``, the saved model) and the
 :class:`~tfam.training.results.TrainResult`.
 
 Files written into ``out_dir`` (by rank 0): ``checkpoints/last.pt`` and ``checkpoints/prev.pt``
-(see :mod:`tfam.training.checkpoint`), ``metrics.csv`` (see :mod:`tfam.training.metrics`),
+(see :mod:`tfam.training.checkpoint`), ``checkpoints/best-step<S>.pt`` (the best validation
+epoch's weights, :mod:`tfam.training.best`), ``metrics.csv`` (see :mod:`tfam.training.metrics`),
 ``.tfam-train.lock`` (see :mod:`tfam.training.runlock`), and at the end ``config.json`` +
-``model.safetensors`` (``model.save_pretrained``), ``preprocess.json``, ``train_args.json``;
+``model.safetensors`` (``model.save_pretrained``: the best validation epoch's weights),
+``preprocess.json``, ``train_args.json``, ``results.json``;
 callbacks may add more (``curves.png`` by :class:`tfam.training.callbacks.CurvesCallback`).
 """
 
@@ -181,6 +183,32 @@ class ReportingMixin:
                     "intact (resume writes the model again)"
                 ) from None
 
+    def _saved_text(self, r: TrainResult) -> str:
+        """Which weights were saved (and tested), for the final line: " of the saved model,
+        epoch 7 of 10 (best val 75.00%; last epoch val 54.17%)"."""
+        fmt, saved = self._fmt_metric, r.saved
+        metric = self.task.primary_metric
+        best = self._best_row()
+        if not self.keeps_best:  # no validation split: the last weights are saved
+            chosen = ""
+            if best is not None:
+                chosen = (
+                    f"best {self.eval_split} {fmt(self._score(best))} at epoch {best['epoch']}; "
+                )
+            what = "epoch" if saved.get("rule") != "last step" else "step"
+            return f" ({chosen}the last {what} is saved: no validation split)"
+        val = saved.get("val", {}).get(metric, math.nan)
+        last = r.val_metrics.get(metric, math.nan)
+        if saved.get("rule") == "last step":
+            where = f"the last step ({self.global_step}), val {fmt(val)}"
+            if best is not None:
+                where += f"; best epoch {best['epoch']}: val {fmt(self._score(best))}"
+            return f" of the saved model: {where}"
+        text = f" of the saved model: epoch {saved.get('epoch')}, best val {fmt(val)}"
+        if int(saved.get("epoch", -1)) != self.epoch:
+            text += f" (last epoch {self.epoch}: val {fmt(last)})"
+        return text
+
     # -- the result ---------------------------------------------------------------------------
     # -- the end ------------------------------------------------------------------------------
     def _finish(self, stopped_early: bool) -> TrainResult:
@@ -193,6 +221,8 @@ class ReportingMixin:
             # (a budget sizes the final evaluations to the time left: tfam.training.budget)
             share = self._val_share()
             per_epoch = self._final_metrics(share=share) or {}
+        # The weights to save and test: the best validation epoch's (tfam.training.best).
+        self.saved = self._choose_saved(per_epoch if self.val_set is not None else {})
         if self.val_set is not None:
             test = (self._final_metrics(self.test_set) or {}) if self.test_set is not None else {}
             result = self._result(test, per_epoch, stopped_early)
@@ -289,6 +319,7 @@ class ReportingMixin:
             val_metrics=dict(val),
             already_finished=already_finished,
             refit=refit,
+            saved=dict(getattr(self, "saved", None) or {}) if not already_finished else {},
         )
 
     def _final_line(self, r: TrainResult) -> str:
@@ -316,7 +347,8 @@ class ReportingMixin:
             )
             epochs = f"{plan.selection_epochs} + {plan.epochs_text} epochs"
         else:
-            text += f" ({chosen})" if chosen else ""
+            saved = self._saved_text(r)
+            text += saved if not math.isnan(test) else saved.replace(" of the saved", "; the saved")
             epochs = f"{self.epoch} epochs"
         text += f"; {epochs}, {self.global_step} steps in {r.seconds:.1f} s"
         text += self._budget_note()

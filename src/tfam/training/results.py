@@ -20,8 +20,8 @@ __all__ = ["RESULTS_NAME", "TrainResult", "preprocess_info", "results_record", "
 class TrainResult:
     """What a finished (or stopped) run reached. Accuracies are fractions in [0, 1].
 
-    ``final_test_acc`` / ``final_test_loss``: the test split after the last step (NaN without
-    a test split). ``best_test_acc`` / ``best_epoch``: without a validation split, the best
+    ``final_test_acc`` / ``final_test_loss``: the test split on the saved model (below; NaN
+    without a test split). ``best_test_acc`` / ``best_epoch``: without a validation split, the best
     end-of-epoch test accuracy (the final one, and epoch 0, if no epoch was completed); with
     one, ``best_epoch`` is the epoch of the best validation score (``best_val_acc``) and
     ``best_test_acc`` is NaN (the test split is evaluated once, at the end).
@@ -36,6 +36,11 @@ class TrainResult:
     ``budget``: with ``max_minutes``, its plan (``plan``: steps, warmup, measured step time,
     ...) and the final evaluations that used a subset (``final_eval``: split, examples, of);
     see :mod:`tfam.training.budget`. Empty without a plan.
+    The saved model (``out_dir/model.safetensors``, and ``trainer.model`` after ``fit``) is the
+    best validation epoch's; the final test values are that model's. ``saved`` says which:
+    ``epoch``, ``step``, ``rule`` ("best val"; "last epoch" without a validation split; "last
+    step" when weights taken mid-epoch beat every epoch; "refit") and ``val`` (its validation
+    metrics). ``final_val_*`` and ``val_metrics`` are the last epoch's, as the per-epoch rows.
     """
 
     final_test_acc: float
@@ -56,6 +61,7 @@ class TrainResult:
     already_finished: bool = False
     refit: dict[str, Any] = field(default_factory=dict)
     budget: dict[str, Any] = field(default_factory=dict)
+    saved: dict[str, Any] = field(default_factory=dict)
 
 
 def preprocess_info(dataset: Any) -> dict[str, Any] | None:
@@ -81,7 +87,8 @@ RESULTS_NAME = "results.json"  # a finished run's final scores, for scripts and 
 
 def results_record(r: TrainResult) -> dict[str, Any]:
     """What ``results.json`` holds: the final test and validation metrics, the validation
-    metrics of the best epoch (``best_val``, with a validation split), the run's extent, and
+    metrics of the best epoch (``best_val``, with a validation split), which weights were saved
+    and tested (``saved``: epoch, step, rule, val), the run's extent, and
     with refit the refit's extent (``refit``: epochs, steps, examples; ``test`` is then the
     refit model's score), and with a budget's plan its ``budget``. NaN, which JSON cannot hold, becomes null."""
 
@@ -106,6 +113,8 @@ def results_record(r: TrainResult) -> dict[str, Any]:
         record["refit"] = dict(r.refit)
     if r.budget:
         record["budget"] = dict(r.budget)
+    if r.saved:
+        record["saved"] = {**r.saved, "val": clean(dict(r.saved.get("val") or {}))}
     return record
 
 

@@ -170,6 +170,8 @@ class RunStateMixin:
             "phase": self.phase,
             "refit": self.refit_plan.to_dict() if self.refit_plan is not None else None,
             "refit_init": self._initial_weights if self.phase == 1 else None,
+            # Which epoch's weights are kept as the best (tfam.training.best), and where.
+            "best": self._best_state(),
             "config": self.config.to_dict(),
             "model_config": model_config.to_dict() if hasattr(model_config, "to_dict") else None,
         }
@@ -251,6 +253,7 @@ class RunStateMixin:
         self.batch_offsets = state.get("batch_offsets")
         self.history = [dict(r) for r in state["history"]]
         self.stopped_early = bool(state.get("stopped_early", False))
+        self._load_best_state(state)
         self._elapsed_base = float(state["elapsed"])
         self._t0 = now()
         if saved_epochs != self.config.epochs:
@@ -295,6 +298,8 @@ class RunStateMixin:
                 )
             except OSError as err:
                 error = self._save_error(err)
+            else:
+                self._drop_stale_best()
         D.barrier(self.dist)
         if error is not None:
             raise CheckpointSaveError(error)

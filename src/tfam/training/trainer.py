@@ -13,7 +13,8 @@ knows no family and no data kind.
     print(result.final_test_acc, result.best_val_acc)
 
 Splits. With ``val_set`` the model is evaluated on it after every epoch; "best" and early
-stopping (``patience``) use it, and the test split is evaluated once, at the end. Without
+stopping (``patience``) use it. At the end the best epoch's weights go back into the model,
+which the test split scores once and which is saved (:mod:`tfam.training.best`). Without
 ``val_set`` the per-epoch evaluation runs on ``test_set`` (as before validation splits
 existed); the "best" it reports is then chosen on the test split and is optimistic.
 
@@ -69,6 +70,7 @@ from torch import Tensor, nn
 import tfam.training.distributed as D  # not via the package face, which imports us
 import tfam.training.sharding as sharding
 from tfam.training.batching import epoch_index_batches, load_batches, token_batches
+from tfam.training.best import BestMixin
 from tfam.training.budget import now
 from tfam.training.config import TrainConfig
 from tfam.training.control import KILL_ENV, KILL_RANK_ENV, ControlMixin, Stop, kill_step
@@ -91,7 +93,7 @@ from tfam.training.tasks import Augment, Batch, ImageClassification, Task, split
 __all__ = ["KILL_ENV", "KILL_RANK_ENV", "Trainer", "train"]
 
 
-class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
+class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin):
     """Trains ``model`` on ``train_set`` for ``task`` (default: :class:`ImageClassification`,
     ``model(x (B, C, H, W)) -> logits (B, num_classes)``).
 
@@ -150,7 +152,11 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
             )
         # FSDP shards the weights: reading or writing them whole is a collective.
         self._sharded = config.fsdp and self.dist.enabled
-        self._init_lines = load_init_weights(model, config.init) if config.init else []
+        self._init_lines = (
+            load_init_weights(model, config.init, data=self.run_args.get("data"))
+            if config.init
+            else []
+        )
         model.to(self.device)
         self.train_model: nn.Module = D.wrap_model(model, self.dist, self.device, config.fsdp)
         if config.compile:
@@ -457,6 +463,7 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
             and self._epochs_since_best() >= cfg.patience
         ):
             self.stopped_early = True
+        self._remember_best(row)  # before the checkpoint that refers to it
         self.save()
         if self.dist.is_main:
             for cb in self.callbacks:
