@@ -301,7 +301,8 @@ def _task(kind: str, path: Path, task: str | None, family_tasks: Sequence[str] |
     if task is not None:
         full = OBJECTIVES.get(task, task)
         if full not in allowed:
-            shown = ", ".join(k for k, v in OBJECTIVES.items() if v in allowed)
+            short = {v: k for k, v in OBJECTIVES.items()}
+            shown = ", ".join(short[t] for t in allowed)
             raise ValueError(
                 f"--task {task!r} is invalid for --data {path} ({_WHAT[kind]}): expected one of "
                 f"{shown}"
