@@ -86,7 +86,7 @@ def test_bert_classifies_a_csv_then_predicts_and_evaluates(cli, tmp_path: Path) 
     assert "a fine film" in text and ("pos" in text and "neg" in text)
     code, text, err = cli(["eval", out])
     assert code == 0, err
-    assert "reviews.csv val: 1 sentences" in text and "accuracy:" in text
+    assert "reviews.csv val: 2 sentences" in text and "accuracy:" in text
 
 
 def test_bert_sentence_pairs_with_val_and_test_files(cli, tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ causal LM -> :class:`TokenWindows` (the text's ids in windows of ``context + 1``
 :class:`~tfam.data.sources.seq2seq.Seq2SeqDataset`.
 
 Validation and test come from the files given (``val``, ``test``); without ``val`` 10% of the
-training file's examples (at least one) are held out, chosen with a fixed seed, so every run
-and ``tfam eval`` see the same split. Without a test file there is no test split.
+training file's examples (at least one; per class for a classifier) are held out, chosen with
+a fixed seed, so every run and ``tfam eval`` see the same split. Without a test file there is no test split.
 
 The tokenizer, unless one is given (a pretrained start such as ``minilm_l6``, or a run's
 ``tokenizer.json``), is trained on the training split's text with the ``tokenizers`` library:
@@ -319,15 +319,25 @@ def _percentile95(lengths: Sequence[int]) -> int:
     return int(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]) if ordered else 0
 
 
-def _holdout(n: int, path: Path) -> tuple[list[int], list[int]]:
+def _holdout(n: int, path: Path, groups: Sequence[str] = ()) -> tuple[list[int], list[int]]:
+    """(kept, held-out) positions: 10% (at least one) drawn with a fixed seed; per class when
+    ``groups`` (the labels) are given, so validation has every class that has two examples."""
     if n < 2:
         raise ValueError(
             f"{path} holds {n} example: expected at least 2 (one is held out for validation), "
             "or give --val FILE"
         )
-    held = sorted(random.Random(HOLDOUT_SEED).sample(range(n), max(1, round(HOLDOUT_FRACTION * n))))
+    rng = random.Random(HOLDOUT_SEED)
+    members: dict[str, list[int]] = {}
+    for i, group in enumerate(groups or [""] * n):
+        members.setdefault(group, []).append(i)
+    held: list[int] = []
+    for group in sorted(members):
+        rows = members[group]
+        k = max(1, round(HOLDOUT_FRACTION * len(rows))) if len(rows) >= 2 else 0
+        held += rng.sample(rows, k)
     chosen = set(held)
-    return [i for i in range(n) if i not in chosen], held
+    return [i for i in range(n) if i not in chosen], sorted(held)
 
 
 def _subset(tf: TextFile, index: Sequence[int]) -> TextFile:
@@ -397,9 +407,11 @@ def load_user_text(
             files[split] = other
     held = ""
     if val is None:
-        fit, held_out = _holdout(len(whole), path)
+        groups = whole.labels if whole.kind == "classify" else ()
+        fit, held_out = _holdout(len(whole), path, groups)
         files["train"], files["val"] = _subset(whole, fit), _subset(whole, held_out)
-        held = f"{HOLDOUT_FRACTION:.0%} held out with seed {HOLDOUT_SEED}"
+        per = " of each class" if groups else ""
+        held = f"{HOLDOUT_FRACTION:.0%}{per} held out with seed {HOLDOUT_SEED}"
 
     classes: list[str] = []
     if chosen == "sequence-classification":
