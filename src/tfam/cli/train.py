@@ -171,7 +171,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--data",
         default=None,
         metavar="NAME_OR_DIR",
-        help=f"dataset: {datasets}, or an image folder (one sub-folder per class)",
+        help=f"dataset: {datasets}, or an image folder (one sub-folder per class), or your "
+        "text file (CSV, TSV, JSON Lines, CoNLL-U, .txt, or a folder of .txt; docs/data.md)",
     )
     p.add_argument(
         "--task",
@@ -733,7 +734,8 @@ def run(args: argparse.Namespace) -> int:
         "command": "train",
         "family": args.family,
         "data": entry.name,
-        # The task when it is not the data's default (train_args.json of other runs unchanged).
+        # The task when it is not the data's default (train_args.json of other runs unchanged),
+        # and always for your own files, with the options that read them (--resume, eval).
         **({"task": task_name} if task_name != entry.task or user_text else {}),
         **settings,
         **(files if user_text else {}),

@@ -475,18 +475,18 @@ def load_user_text(
         elif chosen == "seq2seq":
             splits[split] = Seq2SeqDataset(tf.pairs, tok, name=label)
         else:
-            splits[split] = tf.texts
+            splits[split] = TokenWindows(tf.texts, tok, context=GPT_CONTEXT, name=label)
     if chosen == "causal-lm":
         # The window: GPT_CONTEXT tokens, or less when a split has too few for one window.
-        counts = {s: len(tok.encode(" ".join(t))) for s, t in splits.items()}
+        counts = {s: len(ds.ids) for s, ds in splits.items()}
         context = min(GPT_CONTEXT, counts["train"] // 4, *(n - 1 for n in counts.values()))
         if context < 2:
             raise ValueError(
                 f"{path} has too little text for a language model: {counts} tokens per split; "
                 "expected at least 8 in training and 3 in each other split"
             )
-        for split, texts in splits.items():
-            splits[split] = TokenWindows(texts, tok, context=context, name=f"{path.name}:{split}")
+        for ds in splits.values():
+            ds.context = context
     empty = [s for s, ds in splits.items() if len(ds) == 0]
     if empty:
         raise ValueError(f"{path}: the {empty[0]} split holds no examples")
