@@ -212,6 +212,10 @@ def test_text_is_windows_for_gpt_and_lines_for_bert(tmp_path: Path) -> None:
         from_files(path, task="translate")
     with pytest.raises(ValueError, match="MODEL 'transformer' cannot learn from"):
         from_files(path, family="transformer")
+    with pytest.raises(ValueError, match="needs a tokenizer of plain text .* BERT's WordPiece"):
+        from_files(path, family="gpt", tokenizer=lines.tokenizer)
+    with pytest.raises(ValueError, match="task masked-lm needs a WordPiece tokenizer"):
+        from_files(path, family="bert", tokenizer=train.tokenizer)
 
 
 def test_tagging_and_translation_datasets(tmp_path: Path) -> None:

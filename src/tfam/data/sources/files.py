@@ -448,6 +448,12 @@ def load_user_text(
         )
     else:
         tok_text = f"the given {type(tok).__name__} ({tok.vocab_size:,} ids)"
+    if chosen not in _WORDPIECE_TASKS and isinstance(tok, WordPieceTokenizer):
+        # BERT's tokenizer adds [CLS]/[SEP] and cuts every text at its max_length.
+        raise ValueError(
+            f"task {chosen} needs a tokenizer of plain text (BPE, characters), but the given one "
+            "is BERT's WordPiece: start from a GPT or encoder-decoder run, or from no --init"
+        )
     if chosen in _WORDPIECE_TASKS and not isinstance(tok, WordPieceTokenizer):
         raise ValueError(
             f"task {chosen} needs a WordPiece tokenizer (BERT's), but the given one is a "
