@@ -8,6 +8,7 @@ of the ``tfam.plugins`` entry-point group (:mod:`tfam.plugins`).
 
 from tfam import interop as _interop  # noqa: F401  (registers pretrained weights)
 from tfam.config import BaseConfig
+from tfam.data import catalog as _data_catalog
 from tfam.explain import explain  # rebinds tfam.explain to the function, not the module
 from tfam.models import (
     create_model,
@@ -20,6 +21,20 @@ from tfam.models import (
 from tfam.models.vit import ViTConfig
 
 __version__ = "0.1.0"
+
+
+def _family_tasks(family: str) -> tuple[str, ...]:
+    from tfam.models import MODEL_CLASSES
+
+    if family not in MODEL_CLASSES:
+        raise ValueError(
+            f"family={family!r} is invalid: expected one of {', '.join(MODEL_CLASSES)}"
+        )
+    return tuple(MODEL_CLASSES[family].tasks)
+
+
+# tfam.data.from_files(path, family="gpt") learns a family's tasks here (data imports no models).
+_data_catalog.set_family_tasks(_family_tasks)
 
 # Last: a plug-in may import anything above (tfam.plugins imports nothing of tfam).
 from tfam.plugins import load_plugins  # noqa: E402

@@ -214,7 +214,7 @@ def describe_run(run_dir: Path, family: str) -> str:
         try:
             from tfam.data import resolve_data
 
-            task = resolve_data(data).task
+            task = resolve_data(data, run=run_dir).task
         except (ValueError, OSError):
             task = ""
     what = " ".join(x for x in (family or "model", task, "run") if x)
@@ -252,7 +252,7 @@ def run_task(run_dir: Path, config: Any) -> RunTask:
         from tfam.data import resolve_data
 
         try:
-            task = resolve_data(data).task
+            task = resolve_data(data, run=run_dir).task
         except (ValueError, OSError):
             task = ""
     if not task:

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.data or pre.dataset
     if not name:
         raise ValueError("preprocess.json names no dataset: pass --data NAME_OR_DIR")
-    entry = resolve_data(name)
+    entry = resolve_data(name, run=run_dir)
     _check_image_data(entry, run_dir, source)
     split = _split(args, entry)
     data = entry.load(split, root=args.root)
@@ -245,7 +245,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     name = args.data or train_args(run_dir).get("data")
     if not name:
         raise ValueError(f"{run_dir}/train_args.json names no dataset: pass --data NAME")
-    entry = resolve_data(name)
+    entry = resolve_data(name, run=run_dir)
     split = _split(args, entry)
     run = load_seq2seq(args.dir, device_from(args), "eval")
     check_decoding(args, run.max_positions)
@@ -341,7 +341,7 @@ def run_text(args: argparse.Namespace) -> int:
         raise ValueError(
             f"{run_dir} names no dataset (no labels.json or train_args.json): pass --data NAME"
         )
-    entry = resolve_data(name)
+    entry = resolve_data(name, run=run_dir)
     if trained.task and entry.task != trained.task:
         raise ValueError(
             f"--data {entry.name} is a {entry.task} dataset, but {run_dir} was trained for "

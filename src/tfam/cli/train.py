@@ -172,7 +172,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--data",
         default=None,
         metavar="NAME_OR_DIR",
-        help=f"dataset: {datasets}, or an image folder (one sub-folder per class)",
+        help=f"dataset: {datasets}, or an image folder (one sub-folder per class), or your "
+        "text file (CSV, TSV, JSON Lines, CoNLL-U, .txt, or a folder of .txt; docs/data.md)",
     )
     p.add_argument(
         "--task",
@@ -222,6 +223,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="random horizontal flips",
     )
+    _add_file_options(p)
     r = p.add_argument_group("run")
     r.add_argument(
         "--out", metavar="DIR", default=None, help="run directory (default: runs/<dataset>)"
@@ -243,6 +245,65 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-m tfam train ...)",
     )
     p.set_defaults(func=run)
+
+
+def _add_file_options(p: argparse.ArgumentParser) -> None:
+    """Options that read your own text files (docs/data.md); saved with the run."""
+    f = p.add_argument_group(
+        "your own text files (--data FILE: CSV, TSV, JSON Lines, CoNLL-U, .txt or a folder "
+        "of them; see docs/data.md)"
+    )
+    f.add_argument(
+        "--text-column",
+        metavar="NAME[,NAME2]",
+        default=None,
+        help="the text column (two, comma-separated, for sentence pairs; for JSON "
+        "Lines of token lists, the tokens); default: text, sentence, ... when present",
+    )
+    f.add_argument(
+        "--label-column",
+        metavar="NAME",
+        default=None,
+        help="the label column (default: label, class, ... when present); for "
+        "CoNLL-U the tag column: upos (default), xpos, deprel, ...",
+    )
+    f.add_argument(
+        "--val",
+        metavar="FILE",
+        default=None,
+        help="validation file (default: 10%% of --data held out with a fixed seed)",
+    )
+    f.add_argument(
+        "--test",
+        metavar="FILE",
+        default=None,
+        help="test file, reported at the end (default: none)",
+    )
+    f.add_argument(
+        "--source-lang",
+        metavar="KEY",
+        default=None,
+        help="translation: the source column, or language key of "
+        '{"translation": {...}} lines (default: the first of two)',
+    )
+    f.add_argument(
+        "--target-lang",
+        metavar="KEY",
+        default=None,
+        help="translation: the target column or language key (with --source-lang)",
+    )
+
+
+def _file_options(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """--text-column, --label-column, --val, --test, --source-lang, --target-lang as given,
+    else (--resume) the run's saved ones."""
+    from tfam.data.catalog import FILE_OPTIONS
+
+    saved = _saved(out) if args.resume else {}
+    return {
+        k: getattr(args, k) if getattr(args, k, None) is not None else saved.get(k)
+        for k in FILE_OPTIONS
+    }
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -302,18 +363,45 @@ def _task_name(asked: str | None, entry: Any, saved: dict[str, Any] | None) -> s
     raise ValueError(f"--task {asked!r} is invalid for --data {shown}: expected one of {valid}")
 
 
-def _resolve_data(spec: str) -> Any:
+def _resolve_data(
+    spec: str, family: str, task: str | None, files: dict[str, Any], tokenizer: str | None
+) -> Any:
+    """The catalog entry of --data; your own text file is read for ``task`` (else what its
+    content and MODEL say) with the file options, and ``tokenizer`` (a run or a pretrained
+    start) instead of a trained one when it has one."""
     from tfam.data import list_datasets, resolve_data
+    from tfam.data.sources.textfiles import is_text_folder
+
+    path = Path(spec).expanduser()
+    is_file = not _is_catalog(spec) and (path.is_file() or is_text_folder(path))
+    if not is_file:
+        given = [f"--{k.replace('_', '-')}" for k, v in files.items() if v is not None]
+        if given:
+            raise ValueError(
+                f"{given[0]} is invalid for --data {spec}: it reads your own text files "
+                "(CSV, TSV, JSON Lines, CoNLL-U, .txt)"
+            )
+        try:
+            return resolve_data(spec)
+        except ValueError as err:
+            if str(err).startswith("unknown dataset"):
+                raise ValueError(
+                    f"--data {spec!r} is invalid: expected one of {', '.join(list_datasets())}, "
+                    "an image folder (a directory with one sub-folder of images per class), or "
+                    "a text file (CSV, TSV, JSON Lines, CoNLL-U, .txt) or folder of .txt files"
+                ) from None
+            raise
+    return resolve_data(spec, family=family, task=task, tokenizer=tokenizer, **files)
+
+
+def _is_catalog(spec: str) -> bool:
+    from tfam.data import get_dataset
 
     try:
-        return resolve_data(spec)
-    except ValueError as err:
-        if str(err).startswith("unknown dataset"):
-            raise ValueError(
-                f"--data {spec!r} is invalid: expected one of {', '.join(list_datasets())}, or "
-                "an image folder (a directory with one sub-folder of images per class)"
-            ) from None
-        raise
+        get_dataset(spec)
+    except ValueError:
+        return False
+    return True
 
 
 def _train_values(
@@ -564,6 +652,15 @@ def _check_init_tokenizer(init: str | None, tokenizer: Any, entry: Any) -> None:
         )
 
 
+def _saved(out: Path) -> dict[str, Any]:
+    """OUT/train_args.json when it is a readable JSON object, else {}."""
+    try:
+        saved = json.loads((out / "train_args.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
 def _strip_nproc(argv: list[str]) -> list[str]:
     out, skip = [], False
     for item in argv:
@@ -601,7 +698,20 @@ def run(args: argparse.Namespace) -> int:
             )
 
     data, asked = _data_spec(args)
-    entry = _resolve_data(data)
+    out = Path(args.out) if args.out else Path("runs") / Path(data).name
+    files = _file_options(args, out)
+    # A resumed run keeps its tokenizer (out/tokenizer.json); --init RUN or a pretrained
+    # start lends its own; else one is trained on your text.
+    resumed_tok = args.resume and (out / TOKENIZER_FILE).is_file()
+    saved_task = _saved(out).get("task") if args.resume else None
+    entry = _resolve_data(
+        data,
+        args.family,
+        asked or saved_task,
+        files,
+        str(out) if resumed_tok else getattr(args, "init", None),
+    )
+    user_text = entry.is_folder and not _has_images(entry)
     default_out = Path(entry.name).name if entry.is_folder else entry.name
     out = Path(args.out) if args.out else Path("runs") / default_out
     args.out = str(out)
@@ -711,13 +821,17 @@ def run(args: argparse.Namespace) -> int:
             f"{compute} -> {out}",
             flush=True,
         )
+        if user_text:
+            print(f"data: {entry.info.description}", flush=True)
     run_args = {
         "command": "train",
         "family": args.family,
         "data": entry.name,
-        # The task when it is not the data's default (train_args.json of other runs unchanged).
-        **({"task": task_name} if task_name != entry.task else {}),
+        # The task when it is not the data's default (train_args.json of other runs unchanged),
+        # and always for your own files, with the options that read them (--resume, eval).
+        **({"task": task_name} if task_name != entry.task or user_text else {}),
         **settings,
+        **(files if user_text else {}),
         "model_config": model.config.to_dict(),
         "title": f"{preset} on {Path(entry.name).name if entry.is_folder else entry.name}",
     }

@@ -7,6 +7,8 @@ from tfam.data import load_dataset, default_augment
 train, val = load_dataset("digits", "fit"), load_dataset("digits", "val")  # "train" = fit + val
 test = load_dataset("digits", "test")
 photos = load_dataset("path/to/photos", "fit")   # one sub-folder per class
+reviews = from_files("reviews.csv", family="bert")   # your text: CSV/TSV/JSONL/CoNLL-U/.txt
+train = reviews.load("train")                        # the same datasets tfam train uses
 aug, g = default_augment("digits"), torch.Generator().manual_seed(0)
 for x, y in train.batches(64, shuffle=True, generator=g, augment=aug):
     ...  # x (64, 1, 8, 8) float32 normalised with train's mean/std, y (64,) int64
@@ -21,6 +23,7 @@ from tfam.data.catalog import (
     dataset_info,
     default_augment,
     folder_entry,
+    from_files,
     get_dataset,
     list_datasets,
     load_dataset,
@@ -146,6 +149,7 @@ __all__ = [
     "default_augment",
     "find_fashion_mnist",
     "folder_entry",
+    "from_files",
     "get_dataset",
     "holdout_split",
     "list_datasets",

@@ -10,6 +10,8 @@ An entry says what a dataset is and how tfam trains on it — the one place for 
     default_augment("digits")  # BatchAugment with the entry's padding and flip
 
     entry = resolve_data("photos/")   # a directory: an image folder (tfam.data.sources.folder)
+    entry = resolve_data("reviews.csv", family="bert")   # the user's text (sources/files.py)
+    entry = from_files("story.txt", family="gpt")        # the same, the Python spelling
 
 A new dataset is one :func:`register_dataset` call; the command line lists, loads and trains
 it with no other change. ``TASK_FACTS`` names, per task, the attributes of a dataset that are
@@ -19,6 +21,7 @@ also model config fields (a ViT trained on digits needs ``image_size=8``, ``in_c
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tfam.data.sources.charlm import KJV_CHARS_INFO, load_kjv_chars
+from tfam.data.sources.files import load_user_text
 from tfam.data.sources.folder import FOLDER_VAL_FRACTION, ImageFolder, scan_folder
 from tfam.data.sources.images import (
     DIGITS,
@@ -45,6 +49,7 @@ from tfam.data.sources.seq2seq import (
     load_kjv_rv,
     load_symbol_task,
 )
+from tfam.data.sources.textfiles import is_text_folder
 from tfam.data.sources.treebank import TURKISH_POS_INFO, load_turkish_pos
 from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo
 from tfam.data.vision.augment import BatchAugment
@@ -57,12 +62,15 @@ __all__ = [
     "Recipe",
     "dataset_info",
     "default_augment",
+    "FILE_OPTIONS",
     "folder_entry",
+    "from_files",
     "get_dataset",
     "list_datasets",
     "load_dataset",
     "register_dataset",
     "resolve_data",
+    "set_family_tasks",
     "task_facts",
 ]
 
@@ -247,16 +255,121 @@ def folder_entry(
     )
 
 
-def resolve_data(spec: str | os.PathLike) -> DatasetEntry:
-    """A registered dataset name, else an existing directory read as an image folder."""
+# The options that read the user's text files (tfam train's --text-column, ...): saved in a
+# run's train_args.json, so --resume and tfam eval read the same data.
+FILE_OPTIONS = ("text_column", "label_column", "val", "test", "source_lang", "target_lang")
+_FAMILY_TASKS: list[Callable[[str], tuple[str, ...]]] = []
+
+
+def set_family_tasks(lookup: Callable[[str], tuple[str, ...]]) -> None:
+    """How :func:`from_files` learns the tasks of a family named by a string (data imports no
+    model code; ``import tfam`` sets it from the model registry)."""
+    _FAMILY_TASKS[:] = [lookup]
+
+
+def _family_tasks(family: Any) -> tuple[str, ...] | None:
+    if family is None:
+        return None
+    if isinstance(family, str):
+        if not _FAMILY_TASKS:
+            raise ValueError(f"family={family!r} cannot be looked up: import tfam first")
+        return tuple(_FAMILY_TASKS[0](family))
+    return tuple(getattr(family, "tasks", ()))
+
+
+def from_files(
+    path: str | os.PathLike,
+    task: str | None = None,
+    family: Any = None,
+    text_column: str | None = None,
+    label_column: str | None = None,
+    val: str | os.PathLike | None = None,
+    test: str | os.PathLike | None = None,
+    *,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    tokenizer: Any = None,
+) -> DatasetEntry:
+    """The user's own text file (CSV, TSV, JSON Lines, CoNLL-U, plain text, or a folder of
+    .txt files) as a catalog entry, read for ``task`` (default: what the content says, the
+    first a ``family`` (a name such as "gpt", or a model class) can learn); see
+    :mod:`tfam.data.sources.files` and :mod:`tfam.data.sources.textfiles`. ``entry.load(split)``
+    gives the same datasets ``tfam train --data FILE`` trains on."""
+    tasks = _family_tasks(family)
+    data = load_user_text(
+        path,
+        task=task,
+        family_tasks=tasks,
+        text_column=text_column,
+        label_column=label_column,
+        val=val,
+        test=test,
+        source_lang=source_lang,
+        target_lang=target_lang,
+        tokenizer=tokenizer,
+    )
+    if tasks is not None and data.task not in tasks:
+        shown = family if isinstance(family, str) else getattr(family, "__name__", family)
+        raise ValueError(
+            f"MODEL {shown!r} cannot learn from {data.path}: it holds data for {data.task}, and "
+            f"a {shown} model learns {', '.join(tasks) or 'nothing'}"
+        )
+    splits = tuple(data.splits)
+
+    def loader(split: str, *, root: Any = None, seed: int = 0) -> Any:
+        return data.splits[split]
+
+    return DatasetEntry(
+        name=str(data.path),
+        task=data.task,
+        info=data.info,
+        loader=loader,
+        splits=splits,
+        train_split="train",
+        test_split="test" if "test" in splits else None,
+        is_folder=True,
+    )
+
+
+def _run_file_options(run: str | os.PathLike) -> dict[str, Any]:
+    """The file options, family, task and tokenizer of a run trained on the user's files."""
+    run = Path(run).expanduser()
+    try:
+        saved = json.loads((run / "train_args.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = {}
+    saved = saved if isinstance(saved, dict) else {}
+    options = {k: saved[k] for k in FILE_OPTIONS if saved.get(k) is not None}
+    if saved.get("task"):
+        options["task"] = saved["task"]
+    if saved.get("family"):
+        options["family"] = saved["family"]
+    if (run / "tokenizer.json").is_file():
+        options["tokenizer"] = str(run)
+    return options
+
+
+def resolve_data(
+    spec: str | os.PathLike, *, run: str | os.PathLike | None = None, **options: Any
+) -> DatasetEntry:
+    """A registered dataset name; else an existing directory read as an image folder, or a
+    text file (or a folder of .txt files) read by :func:`from_files` with ``options`` (its
+    keywords). ``run``: a run directory trained on that file, whose saved options and tokenizer
+    are used (``tfam eval RUN``)."""
     text = str(spec)
     if _key(text) in _ALIASES:
         return get_dataset(text)
-    if Path(text).expanduser().is_dir():
-        return folder_entry(Path(text).expanduser())
+    path = Path(text).expanduser()
+    if path.is_dir() and not is_text_folder(path):
+        return folder_entry(path)
+    if path.exists():
+        if run is not None:
+            options = {**_run_file_options(run), **options}
+        return from_files(path, **options)
     raise ValueError(
         f"unknown dataset {text!r}; valid names: {', '.join(_CATALOG)}, or an image folder "
-        "(a directory with one sub-folder of images per class)"
+        "(a directory with one sub-folder of images per class), or a text file (CSV, TSV, JSON "
+        "Lines, CoNLL-U, .txt) or a folder of .txt files"
     )
 
 
