@@ -516,7 +516,10 @@ def _init_architecture(init: str | None, preset: str, settings: dict[str, Any]) 
 
 
 def _model_values(
-    settings: dict[str, Any], entry: Any, preset: str, task: str,
+    settings: dict[str, Any],
+    entry: Any,
+    preset: str,
+    task: str,
     init: str | None = None,
     sizing: Any = None,
 ) -> dict[str, Any]:
