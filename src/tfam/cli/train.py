@@ -824,8 +824,6 @@ def run(args: argparse.Namespace) -> int:
             f"{compute} -> {out}",
             flush=True,
         )
-        if user_text:
-            print(f"data: {entry.info.description}", flush=True)
     run_args = {
         "command": "train",
         "family": args.family,

@@ -134,11 +134,6 @@ def _task(kind: str, path: Path, task: str | None, family_tasks: Sequence[str] |
     return allowed[0]
 
 
-def _percentile95(lengths: Sequence[int]) -> int:
-    ordered = sorted(lengths)
-    return int(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]) if ordered else 0
-
-
 def _holdout(n: int, path: Path, groups: Sequence[str] = ()) -> tuple[list[int], list[int]]:
     """(kept, held-out) positions: 10% (at least one) drawn with a fixed seed; per class when
     ``groups`` (the labels) are given, so validation has every class that has two examples."""
@@ -317,8 +312,8 @@ def load_user_text(
     if empty:
         raise ValueError(f"{path}: the {empty[0]} split holds no examples")
 
-    train = splits["train"]
-    max_length = context if context is not None else _percentile95(train.lengths)
+    # The longest example of any split: a model sized from the data must take every one.
+    max_length = context if context is not None else max(max(ds.lengths) for ds in splits.values())
     sizes = {s: len(ds) for s, ds in splits.items()}
     parts = [f"train {sizes['train']}", f"val {sizes['val']} ({held or 'from ' + str(val)})"]
     if "test" in sizes:
@@ -326,7 +321,7 @@ def load_user_text(
     unit = f"windows of {context} tokens" if context else "examples"
     description = (
         f"{path.name}: {len(whole)} {_WHAT[whole.kind]} ({whole.used()}); {', '.join(parts)} "
-        f"{unit}; tokenizer: {tok_text}; max length {max_length} ids (95th percentile)"
+        f"{unit}; tokenizer: {tok_text}; longest {max_length} ids"
     )
     info = TextDatasetInfo(
         name=name,

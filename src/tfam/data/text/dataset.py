@@ -32,7 +32,7 @@ class TextDatasetInfo:
     """What a text model needs to know about a dataset, without loading it: the tokenizer's
     vocabulary size and special ids, the classes and head of a classifier (the
     ``TASK_FACTS`` of its task), split sizes (examples: pairs, sentences or windows) and, for
-    the user's files, ``max_length`` (the 95th percentile of an example's ids)."""
+    the user's files, ``max_length`` (the longest example's ids, every split)."""
 
     name: str
     vocab_size: int
@@ -46,7 +46,7 @@ class TextDatasetInfo:
     val_size: int | None = None
     num_labels: int | None = None  # classifiers: len(classes)
     head: str | None = None  # BERT's head for the task: "sequence", "token", "mlm"
-    # The 95th percentile of an example's ids after the tokenizer (a GPT's window): what a
+    # The longest example's ids after the tokenizer, every split (a GPT's window): what a
     # model sized from the data needs; None where nobody measured it.
     max_length: int | None = None
 
