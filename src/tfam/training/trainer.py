@@ -68,7 +68,12 @@ from torch import Tensor, nn
 
 import tfam.training.distributed as D  # not via the package face, which imports us
 import tfam.training.sharding as sharding
-from tfam.training.batching import epoch_index_batches, load_batches, token_batches
+from tfam.training.batching import (
+    epoch_index_batches,
+    eval_index_batches,
+    load_batches,
+    token_batches,
+)
 from tfam.training.config import TrainConfig
 from tfam.training.control import KILL_ENV, KILL_RANK_ENV, ControlMixin, Stop, kill_step
 from tfam.training.devices import (
@@ -273,11 +278,14 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin):
         model = self.train_model if self._sharded else self.model
         was_training = model.training
         model.eval()
-        n = len(dataset)
-        size = self.config.eval_batch_size
+        cfg = self.config
         chunks, keep = [], []
-        for start in range(0, n, size):
-            local = D.shard(torch.arange(start, min(start + size, n)), self.dist)
+        # Text data is cut by padded tokens too (lengths sorted): memory follows tokens.
+        lengths = getattr(dataset, "lengths", None)
+        for index in eval_index_batches(
+            len(dataset), cfg.eval_batch_size, lengths, cfg.eval_batch_tokens
+        ):
+            local = D.shard(index, self.dist)
             keep.append(local.numel() > 0)
             chunks.append(local if local.numel() > 0 else torch.zeros(1, dtype=torch.int64))
         sums: dict[str, Tensor] = {}
