@@ -20,6 +20,32 @@ def note(text: str) -> None:
     print(f"tfam: note: {text}", file=sys.stderr)
 
 
+def note_outputs(
+    outputs: Sequence[Sequence[int]],
+    texts: Sequence[str] | None = None,
+    what: str = "output",
+    tokenizer: Any = None,
+) -> str | None:
+    """One ``tfam: note:`` when outputs (generated ids, and their decoded ``texts``) are empty
+    or one token repeated (:func:`tfam.training.sanity.output_problem`): the problem of the
+    first such output, how many there are, and what to try (a repeated id shown as its text
+    when ``tokenizer`` is given). Returns the note (None: none)."""
+    from tfam.training.sanity import output_note, output_problem
+
+    problems = []
+    for i, ids in enumerate(outputs):
+        text = texts[i] if texts is not None else None
+        label = (lambda i: tokenizer.decode([i])) if tokenizer is not None else None
+        problem = output_problem(ids, text, what=f"the {what}", label=label)
+        if problem is not None:
+            problems.append(problem)
+    if not problems:
+        return None
+    text = output_note(problems[0], len(problems), len(outputs))
+    note(text)
+    return text
+
+
 # ---------------------------------------------------------------------------------------------
 # Sentences in
 
@@ -267,4 +293,6 @@ def translate_sources(
         batch_size=getattr(args, "batch_size", 32),
         progress=True,
     )
-    return [decode(run, ids) for ids in outputs]
+    texts = [decode(run, ids) for ids in outputs]
+    note_outputs(outputs, texts, "translation", run.tokenizer)
+    return texts
