@@ -41,7 +41,7 @@ def test_output_note_says_what_to_try() -> None:
     one = output_note("the translation is empty")
     assert one.startswith("the translation is empty; ") and "--max-minutes" in one
     many = output_note("the translation is empty", 3, 10)
-    assert many.startswith("3 of 10 outputs: e.g. the translation is empty")
+    assert many.startswith("3 of 10 outputs are empty or one token repeated (first: the transl")
 
 
 def test_chance_by_majority_class_and_uniform_guess() -> None:

@@ -76,7 +76,11 @@ def output_problem(
 def output_note(problem: str, count: int = 1, total: int = 1) -> str:
     """The note for ``problem`` (from :func:`output_problem`), of ``count`` of ``total``
     outputs when there are several."""
-    head = problem if total == 1 else f"{count} of {total} outputs: e.g. {problem}"
+    head = (
+        problem
+        if total == 1
+        else f"{count} of {total} outputs are empty or one token repeated (first: {problem})"
+    )
     return f"{head}; {UNTRAINED_ADVICE}"
 
 
