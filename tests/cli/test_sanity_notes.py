@@ -48,6 +48,27 @@ def test_untrained_translation_prints_a_note(cli, tmp_path: Path) -> None:
     assert "the translation is empty" in line and "--max-minutes" in line
 
 
+def test_untrained_generation_prints_a_note(cli, tmp_path: Path) -> None:
+    from tfam.data.text.tokenizer import CharTokenizer
+
+    tok = CharTokenizer("abcdefghij ")
+    torch.manual_seed(0)
+    model = tfam.create_model(
+        "gpt", vocab_size=tok.vocab_size, dim=32, depth=1, heads=2, max_positions=64
+    )
+    run_dir = tmp_path / "gpt"
+    model.save_pretrained(run_dir)
+    tok.save(run_dir)
+    code, stdout, err = cli(
+        ["generate", run_dir, "--prompt", "abc", "--greedy", "--max-new-tokens", "20"]
+        + ["--device", "cpu"]
+    )
+    assert code == 0, err
+    assert stdout == "abc" + "c" * 20 + "\n"  # greedy: the untrained model repeats itself
+    (line,) = notes(err)
+    assert "the generated text repeats one token ('c') for 20 of its 20 tokens" in line
+
+
 def test_note_outputs_is_silent_for_good_outputs(capsys) -> None:
     assert note_outputs([[5, 6, 7], [8, 9]], ["c d e", "f g"], "translation") is None
     assert capsys.readouterr().err == ""

@@ -34,8 +34,7 @@ __all__ = [
 
 UNTRAINED_ADVICE = (
     "the model has probably not learned enough yet: train longer (more --epochs or a larger "
-    "--max-minutes), check that the training data pairs what you expect, or lower --lr if the "
-    "training loss did not fall"
+    "--max-minutes), check the training data, or lower --lr if the training loss did not fall"
 )
 CHANCE_ADVICE = (
     "train longer (more --epochs or a larger --max-minutes), check the data and its labels, or "
