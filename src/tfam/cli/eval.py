@@ -189,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         out,
         title=f"Confusion matrix: {run_dir.name}, {name} {split}",
     )
+    _note_chance(result.accuracy, result.class_counts.tolist(), split)
     numbers = {"model_dir": str(run_dir), "dataset": name, "split": split, **result.to_dict()}
     numbers["confusion_png"] = str(out)
     _write_json(run_dir / "eval.json", numbers)
@@ -325,6 +326,8 @@ def run_text(args: argparse.Namespace) -> int:
 
     from tfam.data import resolve_data
     from tfam.runs import family_class, read_config, run_task
+    from tfam.training.batching import EVAL_BATCH_TOKENS, eval_index_batches
+    from tfam.training.sanity import label_counts
     from tfam.training.tasks import IGNORE_INDEX, task_for
 
     run_dir = Path(args.dir)
@@ -369,9 +372,14 @@ def run_text(args: argparse.Namespace) -> int:
     counts = torch.zeros(len(classes), dtype=torch.long) if per_class else None
     right = torch.zeros(len(classes), dtype=torch.long) if per_class else None
     sums: dict[str, float] = {}
+    # Sorted by length and bounded by padded tokens too: memory follows tokens (the sums,
+    # and so the metrics, do not depend on how the examples are grouped).
+    lengths = getattr(data, "lengths", None)
+    batches = eval_index_batches(
+        n, args.batch_size, None if lengths is None else lengths[:n], EVAL_BATCH_TOKENS
+    )
     with torch.inference_mode():
-        for start in range(0, n, args.batch_size):
-            idx = torch.arange(start, min(start + args.batch_size, n))
+        for idx in batches:
             batch = task.get_batch(data, idx)
             if batch is None:
                 batch = task.collate([data[int(i)] for i in idx])
@@ -393,6 +401,9 @@ def run_text(args: argparse.Namespace) -> int:
     lines = _metric_lines(entry.task, metrics, sums, per, counted)
     for line in lines:
         print(line)
+    if getattr(task, "primary_metric", None) == "acc":
+        seen = counts.tolist() if counts is not None else label_counts(data)
+        _note_chance(metrics.get("acc", math.nan), seen, split)
     numbers: dict[str, Any] = {
         "model_dir": str(run_dir),
         "dataset": entry.name,
@@ -420,6 +431,17 @@ def run_text(args: argparse.Namespace) -> int:
     print(f"numbers: {run_dir / 'eval.json'}")
     sys.stdout.flush()
     return 0
+
+
+def _note_chance(accuracy: float, counts: Any, split: str) -> None:
+    """A ``tfam: note:`` when a classifier's accuracy on ``split`` is at chance (examples per
+    class ``counts``: the majority class and 1 / classes are chance)."""
+    from tfam.cli.text import note
+    from tfam.training.sanity import chance_problem
+
+    problem = chance_problem(accuracy, counts=counts or None, split=f"{split} split")
+    if problem is not None:
+        note(problem)
 
 
 def _plural(task: str) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfam.cli.common import add_command, add_device_option, device_from
+from tfam.cli.text import note_outputs
 from tfam.runs import LMRun, load_lm
 
 DEFAULT_NEW_TOKENS = 200
@@ -321,4 +322,5 @@ def run(args: argparse.Namespace) -> int:
         head = tok.decode(prompt) if args.ids is not None else args.prompt
         print(head + cut_at_stop(continuation_text(tok, prompt, new), stops))
     sys.stdout.flush()
+    note_outputs(samples, None, "generated text", loaded.tokenizer)
     return 0

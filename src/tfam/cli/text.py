@@ -20,6 +20,32 @@ def note(text: str) -> None:
     print(f"tfam: note: {text}", file=sys.stderr)
 
 
+def note_outputs(
+    outputs: Sequence[Sequence[int]],
+    texts: Sequence[str] | None = None,
+    what: str = "output",
+    tokenizer: Any = None,
+) -> str | None:
+    """One ``tfam: note:`` when outputs (generated ids, and their decoded ``texts``) are empty
+    or one token repeated (:func:`tfam.training.sanity.output_problem`): the problem of the
+    first such output, how many there are, and what to try (a repeated id shown as its text
+    when ``tokenizer`` is given). Returns the note (None: none)."""
+    from tfam.training.sanity import output_note, output_problem
+
+    problems = []
+    for i, ids in enumerate(outputs):
+        text = texts[i] if texts is not None else None
+        label = (lambda i: tokenizer.decode([i])) if tokenizer is not None else None
+        problem = output_problem(ids, text, what=f"the {what}", label=label)
+        if problem is not None:
+            problems.append(problem)
+    if not problems:
+        return None
+    text = output_note(problems[0], len(problems), len(outputs))
+    note(text)
+    return text
+
+
 # ---------------------------------------------------------------------------------------------
 # Sentences in
 
@@ -161,6 +187,37 @@ def default_max_new_tokens(source_len: int, max_positions: int) -> int:
     return max(1, min(source_len + 50, max_positions - 1))
 
 
+# Decoding budget: sentences x beams x (source + output limit) tokens per generate call, so
+# the caches (keys and values of every decoder layer, (B * beams, H, L, Dh) each) stay bounded
+# whatever the sentence lengths: 32768 tokens are 67 MB per layer at D = 256.
+DECODE_TOKENS = 32768
+
+
+def decode_batches(
+    lengths: Sequence[int],
+    limit: Callable[[int], int],
+    *,
+    beam: int = 1,
+    batch_size: int = 32,
+    batch_tokens: int = DECODE_TOKENS,
+) -> list[list[int]]:
+    """Indices of the sources in generate calls: sorted by length (stably), at most
+    ``batch_size`` sentences a call, and sentences x ``beam`` x (longest source + its output
+    limit ``limit(longest)``) <= ``batch_tokens`` (one sentence alone may exceed it)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            last = batches[-1]
+            longest = lengths[i]  # sorted: the newcomer is the longest
+            size = (len(last) + 1) * beam * (longest + limit(longest))
+            if len(last) < batch_size and size <= batch_tokens:
+                last.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
 def translate_ids(
     run: Any,
     sources: Sequence[Sequence[int]],
@@ -169,18 +226,32 @@ def translate_ids(
     length_penalty: float = 0.6,
     max_new_tokens: int | None = None,
     batch_size: int = 32,
+    batch_tokens: int = DECODE_TOKENS,
     progress: bool = False,
 ) -> list[list[int]]:
     """Generated target ids (without <bos>, cut before <eos>) of every source, in order.
 
-    Sources are sorted by length and cut into batches, so padding (and the per-batch output
-    limit) stays small; results come back in the input order."""
+    Sources are sorted by length and cut into batches of at most ``batch_size`` sentences and
+    ``batch_tokens`` decoding tokens (:func:`decode_batches`), so padding (and the per-batch
+    output limit) stays small and memory bounded; results come back in the input order (a
+    source's beam search does not depend on its batch)."""
     import torch
 
     pad = run.tokenizer.pad_id
     eos = run.tokenizer.eos_id
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+    def output_limit(longest: int) -> int:
+        if max_new_tokens is not None:
+            return max_new_tokens
+        return default_max_new_tokens(longest, run.max_positions)
+
+    batches = decode_batches(
+        [len(s) for s in sources],
+        output_limit,
+        beam=beam,
+        batch_size=batch_size,
+        batch_tokens=batch_tokens,
+    )
     results: list[list[int]] = [[] for _ in sources]
     bar = None
     if progress and len(batches) > 1:
@@ -194,11 +265,7 @@ def translate_ids(
             src = torch.full((len(idx), longest), pad, dtype=torch.long)
             for row, i in enumerate(idx):
                 src[row, : len(sources[i])] = torch.tensor(list(sources[i]), dtype=torch.long)
-            limit = (
-                max_new_tokens
-                if max_new_tokens is not None
-                else default_max_new_tokens(longest, run.max_positions)
-            )
+            limit = output_limit(longest)
             with torch.inference_mode():
                 out = run.model.generate(
                     src.to(run.device),
@@ -267,4 +334,6 @@ def translate_sources(
         batch_size=getattr(args, "batch_size", 32),
         progress=True,
     )
-    return [decode(run, ids) for ids in outputs]
+    texts = [decode(run, ids) for ids in outputs]
+    note_outputs(outputs, texts, "translation", run.tokenizer)
+    return texts

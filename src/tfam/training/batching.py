@@ -37,14 +37,21 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "EVAL_BATCH_TOKENS",
     "SeededItems",
     "count_token_batches",
     "dataset_lengths",
     "epoch_index_batches",
+    "eval_index_batches",
     "load_batches",
     "pack_sorted",
     "token_batches",
 ]
+
+# Padded tokens per evaluation batch of text data (TrainConfig.eval_batch_tokens, tfam eval):
+# the (B, L, V) float32 logits of an 8,000-id vocabulary are then at most 131 MB, as in a
+# training batch of kjv-rv (batch_tokens 4096).
+EVAL_BATCH_TOKENS = 4096
 
 
 def dataset_lengths(dataset: Any, batch_tokens: int, min_examples: int = 1) -> Tensor:
@@ -118,6 +125,39 @@ def token_batches(
     counts = torch.tensor([sizes[int(i)] for i in shuffle], dtype=torch.int64)
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
     return order, offsets
+
+
+def eval_index_batches(
+    n: int, batch_size: int, lengths: Any = None, batch_tokens: int | None = None
+) -> list[Tensor]:
+    """The evaluation batches of ``n`` examples, as index tensors covering each example once.
+
+    Without ``lengths`` (or ``batch_tokens``): ``batch_size`` consecutive examples each, as
+    before. With them (a text dataset): the examples sorted by length (a stable sort, so the
+    plan is fixed) and cut greedily so that a batch holds at most ``batch_size`` examples and
+    its padded size, examples x its longest length, stays within ``batch_tokens`` (a longer
+    example than the budget goes alone). Evaluation memory then follows the tokens, not the
+    longest sentence times ``batch_size``: the (B, L, V) logits of a seq2seq model over an
+    8,000-id vocabulary are 8,000 x 4 bytes per padded token. A task's evaluation sums add up
+    over any grouping of the examples, so only the batches change, not the metrics (loss sums
+    up to float rounding)."""
+    if n == 0:
+        return []
+    if lengths is None or batch_tokens is None:
+        return [torch.arange(lo, min(lo + batch_size, n)) for lo in range(0, n, batch_size)]
+    lengths = torch.as_tensor(lengths, dtype=torch.int64).reshape(-1)
+    if lengths.numel() != n:
+        raise ValueError(f"lengths has {lengths.numel()} entries for {n} examples")
+    sorted_lengths, order = torch.sort(lengths, stable=True)
+    sizes: list[int] = []
+    count = 0
+    for length in sorted_lengths.tolist():
+        if count and ((count + 1) * length > batch_tokens or count == batch_size):
+            sizes.append(count)
+            count = 0
+        count += 1
+    sizes.append(count)
+    return list(order.split(sizes))
 
 
 def epoch_index_batches(

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfam.training.batching import EVAL_BATCH_TOKENS
 from tfam.training.devices import PRECISIONS
 from tfam.training.optim import SCHEDULES
 
@@ -107,6 +108,13 @@ class TrainConfig:
         default=0, metadata=_help("also checkpoint every N optimiser steps (0: epoch ends only)")
     )
     eval_batch_size: int = field(default=1000, metadata=_help("examples per evaluation batch"))
+    eval_batch_tokens: int = field(
+        default=EVAL_BATCH_TOKENS,
+        metadata=_help(
+            "text data: also at most N padded tokens (examples x longest length) per "
+            "evaluation batch, examples sorted by length, so evaluation memory follows tokens"
+        ),
+    )
     max_steps: int | None = field(
         default=None,
         metadata=_help(
@@ -208,6 +216,7 @@ class TrainConfig:
             positive_int("warmup_steps", allow_zero=True)
         if self.batch_tokens is not None:
             positive_int("batch_tokens")
+        positive_int("eval_batch_tokens")
         if self.num_workers is not None:
             positive_int("num_workers", allow_zero=True)
         if self.patience is not None:

@@ -25,6 +25,7 @@ from torch import Tensor
 import tfam.training.distributed as D
 import tfam.training.sharding as sharding
 from tfam.training.errors import CheckpointSaveError
+from tfam.training.memory import describe_peak, peak_memory
 from tfam.training.results import (
     RESULTS_NAME,
     TrainResult,
@@ -32,6 +33,7 @@ from tfam.training.results import (
     results_record,
     write_json,
 )
+from tfam.training.sanity import classifier_problem
 
 __all__ = ["ReportingMixin"]
 
@@ -233,7 +235,9 @@ class ReportingMixin:
             self._full_weights = sharding.full_state(self.model, self.optimizer, True)[0]
         if self.out_dir is not None and self.dist.is_main:
             self._write_run_files(final=True)
-            write_json(self.out_dir / RESULTS_NAME, results_record(result))
+            # The peak so far, final evaluation included (results.json: bytes).
+            record = {**results_record(result), "peak_memory": peak_memory(self.device)}
+            write_json(self.out_dir / RESULTS_NAME, record)
         D.barrier(self.dist)
         if self.dist.is_main:
             for cb in self.callbacks:
@@ -242,6 +246,7 @@ class ReportingMixin:
         # Said even when quiet: the one line a scripted run needs (nothing without a score).
         scored = bool(result.test_metrics or result.val_metrics)
         self._say(self._final_line(result), always=scored)
+        self._note_chance(result)
         return result
 
     def _val_share(self) -> float:
@@ -354,4 +359,20 @@ class ReportingMixin:
         text += self._budget_note()
         if self.out_dir is not None:
             text += f"; model and logs in {self.out_dir}"
-        return text
+        peak = describe_peak(peak_memory(self.device))
+        return f"{text}; {peak}" if peak else text
+
+    def _note_chance(self, r: TrainResult) -> None:
+        """A ``tfam: note:`` on stderr when a classifier's per-epoch split (validation, else
+        test) accuracy is at chance (:func:`tfam.training.sanity.classifier_problem`)."""
+        if not self.dist.is_main:
+            return
+        has_val = self.val_set is not None
+        problem = classifier_problem(
+            self.task,
+            self.val_set if has_val else self.test_set,
+            r.val_metrics if has_val else r.test_metrics,
+            "validation" if has_val else "test",
+        )
+        if problem is not None:
+            print(f"tfam: note: {problem}", file=sys.stderr, flush=True)

@@ -69,7 +69,12 @@ from torch import Tensor, nn
 
 import tfam.training.distributed as D  # not via the package face, which imports us
 import tfam.training.sharding as sharding
-from tfam.training.batching import epoch_index_batches, load_batches, token_batches
+from tfam.training.batching import (
+    epoch_index_batches,
+    eval_index_batches,
+    load_batches,
+    token_batches,
+)
 from tfam.training.best import BestMixin
 from tfam.training.budget import now
 from tfam.training.config import TrainConfig
@@ -283,12 +288,20 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
         model = self.train_model if self._sharded else self.model
         was_training = model.training
         model.eval()
+        cfg = self.config
         n = len(dataset)
-        index = torch.arange(n) if limit is None or limit >= n else torch.arange(limit) * n // limit
-        size = self.config.eval_batch_size
+        # A budget's final evaluation: ``limit`` evenly spread examples.
+        subset = None if limit is None or limit >= n else torch.arange(limit) * n // limit
         chunks, keep = [], []
-        for start in range(0, len(index), size):
-            local = D.shard(index[start : start + size], self.dist)
+        # Text data is cut by padded tokens too (lengths sorted): memory follows tokens.
+        lengths = getattr(dataset, "lengths", None)
+        if subset is not None and lengths is not None:
+            lengths = torch.as_tensor(lengths, dtype=torch.int64).reshape(-1)[subset]
+        count = n if subset is None else len(subset)
+        for index in eval_index_batches(count, cfg.eval_batch_size, lengths, cfg.eval_batch_tokens):
+            if subset is not None:
+                index = subset[index]
+            local = D.shard(index, self.dist)
             keep.append(local.numel() > 0)
             chunks.append(local if local.numel() > 0 else torch.zeros(1, dtype=torch.int64))
         sums: dict[str, Tensor] = {}
