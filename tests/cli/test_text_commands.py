@@ -150,13 +150,13 @@ def test_generate_past_the_context_slides(cli, gpt_dir: Path) -> None:
         prompt = tok.encode(prompt_text)
         ids = model.generate(torch.tensor([prompt]), max_new_tokens=n, eos_token_id=[])
         assert out == prompt_text + tok.decode(ids[0, len(prompt) :].tolist()) + "\n"
-        if len(prompt) > 32:
-            assert err == (
-                f"tfam: note: --prompt is {len(prompt)} tokens long, more than the model's "
-                "context of max_positions=32: it reads the last 32\n"
-            )
-        else:
-            assert err == ""
+        # (An undertrained model's output may also get the repeated-token note.)
+        context_note = (
+            f"tfam: note: --prompt is {len(prompt)} tokens long, more than the model's "
+            "context of max_positions=32: it reads the last 32\n"
+        )
+        assert (context_note in err) == (len(prompt) > 32), err
+        assert "error" not in err
 
 
 @pytest.mark.parametrize(

@@ -102,9 +102,15 @@ EPILOG_HEAD = """examples:
   tfam train vit --data digits --out runs/d2 --set dim=32 --set depth=2 --epochs 20
   tfam train vit --data fashion-mnist --out runs/fmnist         ~91.6% in about 35 min on 2 cores
   tfam train vit --data fashion-mnist --max-steps 20 --out /tmp/smoke   quick smoke run
-  tfam train vit --data photos/ --set patch_size=4 --set dim=64 --set depth=4 --set heads=4
-      your own images: one sub-folder per class (PNG/JPEG); image size and classes from them
-  tfam train vit --data photos/ --preset vit_digits --init runs/digits   fine-tune (new head)
+  tfam train vit --data photos/ --out runs/photos               your images: one sub-folder per
+      class (or timm's train/ val/ test/), any size; the model is sized from them (header says)
+  tfam train vit --data photos/ --init runs/digits              fine-tune: runs/digits' model,
+      positions resampled to the new size, a fresh head for other classes (one line says so)
+  tfam train bert --data reviews.csv --init minilm_l6           your text: CSV/TSV/JSON Lines
+  tfam train gpt --data story.txt                               a GPT on your text (docs/data.md)
+  tfam train transformer --data pairs.tsv                       source<TAB>target pairs
+  tfam train bert --data sentiment --max-minutes 4              a budget plans the schedule
+  tfam train transformer --data reverse                         a seq2seq task learned in minutes
   tfam train vit --data digits --device cuda --precision bf16 --nproc 2    DDP on 2 GPUs
   tfam train vit --data digits --out runs/digits --resume       continue a stopped run exactly
   tfam train vit --data digits --out runs/digits --resume --epochs 400   extend a finished run
@@ -119,13 +125,14 @@ defaults per dataset (any option given on the command line wins):
 """
 
 EPILOG_TAIL = """
---data is a dataset name or an image folder (one sub-folder per class, PNG/JPEG, any size:
-resized to the first image's size). Training uses the dataset's "fit" split; the "val" split (a
-fixed, seeded, class-stratified holdout of train) chooses the best epoch; the test split, where
-the dataset has one, is reported at the end.
+--data is a dataset name, an image folder (one sub-folder per class, PNG/JPEG, any size:
+resized to the first image's size; or timm's train/ val/ test/ folders, used as given) or your
+text files (docs/data.md). Training uses the dataset's "fit" split; the "val" split (a fixed,
+seeded, class-stratified holdout of train, or the files given) chooses the best epoch, whose
+weights are saved; the test split, where the dataset has one, scores the saved model.
 
-The run directory OUT gets config.json + model.safetensors (the final model, loadable with
-tfam.from_pretrained), preprocess.json, metrics.csv (one row per epoch), curves.png,
+The run directory OUT gets config.json + model.safetensors (the best validation epoch's model,
+loadable with tfam.from_pretrained), preprocess.json, metrics.csv (one row per epoch), curves.png,
 train_args.json and checkpoints/ (last.pt, prev.pt). Checkpoints are written at every epoch
 end and every --save-every optimiser steps; a run that is killed or stopped with Ctrl-C
 continues from there with --resume, bit for bit as if it had never stopped. With --resume,
