@@ -331,7 +331,7 @@ class ReportingMixin:
         metric = self.task.primary_metric
         test = r.test_metrics.get(metric, math.nan)
         if math.isnan(test) and not r.val_metrics:
-            return f"{self.epoch} epochs, {self.global_step} steps in {r.seconds:.1f} s"
+            return f"{_count(self.epoch, 'epoch')}, {self.global_step} steps in {r.seconds:.1f} s"
 
         fmt = self._fmt_metric
         name = "accuracy" if metric == "acc" else metric
@@ -354,7 +354,7 @@ class ReportingMixin:
         else:
             saved = self._saved_text(r)
             text += saved if not math.isnan(test) else saved.replace(" of the saved", "; the saved")
-            epochs = f"{self.epoch} epochs"
+            epochs = _count(self.epoch, "epoch")
         text += f"; {epochs}, {self.global_step} steps in {r.seconds:.1f} s"
         text += self._budget_note()
         if self.out_dir is not None:
@@ -376,3 +376,8 @@ class ReportingMixin:
         )
         if problem is not None:
             print(f"tfam: note: {problem}", file=sys.stderr, flush=True)
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 epoch', '0 epochs', '3 epochs'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
