@@ -36,12 +36,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from torch import Tensor
-
 from tfam.data.sources.cache import tfam_cache_dir
 from tfam.data.sources.lines import decode_lines
-from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo, TokenDataset, check_text_split
+from tfam.data.sources.textsets import TextClassDataset
+from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo, check_text_split
 from tfam.data.text.wordpiece import MINILM_VOCAB_SIZE, WordPieceTokenizer, minilm_tokenizer
 
 __all__ = [
@@ -218,15 +216,14 @@ def sentiment_split(
     return {s: sorted(v, key=key) for s, v in out.items()}
 
 
-class SentimentDataset(TokenDataset):
-    """Sentences with a binary label, encoded once ([CLS] pieces [SEP]), held in memory.
+class SentimentDataset(TextClassDataset):
+    """Sentences with a binary label, encoded once ([CLS] pieces [SEP]), held in memory: a
+    :class:`TextClassDataset` whose classes are negative and positive.
 
     ``ds[i]`` is ``(ids (L,) int64, label int)``; ``texts``, ``labels`` and ``source_ids`` (the
     ratings file's ids) are parallel lists; ``lengths`` the ids per sentence; ``truncated`` how
     many sentences lost pieces to ``tokenizer.max_length``.
     """
-
-    classes: tuple[str, ...] = SENTIMENT_CLASSES
 
     def __init__(
         self,
@@ -239,33 +236,11 @@ class SentimentDataset(TokenDataset):
     ) -> None:
         if len(texts) != len(labels):
             raise ValueError(f"texts has {len(texts)} items, labels {len(labels)}: expected equal")
-        bad = [y for y in labels if y not in range(len(self.classes))]
+        bad = [y for y in labels if y not in range(len(SENTIMENT_CLASSES))]
         if bad:
             raise ValueError(f"labels={bad[:3]} are invalid: expected 0 (negative) or 1 (positive)")
-        self.name = name
-        self.tokenizer = tokenizer
-        self.texts = [str(t) for t in texts]
-        self.labels = [int(y) for y in labels]
+        super().__init__([str(t) for t in texts], labels, tokenizer, SENTIMENT_CLASSES, name=name)
         self.source_ids = list(source_ids) if source_ids is not None else list(range(len(texts)))
-        rows, cut = tokenizer.encode_batch_flagged(self.texts)
-        self.ids = [torch.tensor(r, dtype=torch.long) for r in rows]
-        self.lengths = [len(r) for r in rows]
-        self.truncated = sum(cut)
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.classes)
-
-    def __getitem__(self, i: int) -> tuple[Tensor, int]:
-        return self.ids[i], self.labels[i]
-
-    def get_batch(self, indices: Sequence[int] | Tensor) -> dict[str, Tensor]:
-        """The rows at ``indices``: input_ids (B, L) right-padded with [PAD] (L = the longest),
-        attention_mask (B, L) bool True = real token, labels (B,) int64."""
-        index = self.batch_index(indices)
-        ids, mask = self.pad_rows(self.ids, index, self.pad_token_id)
-        labels = torch.tensor([self.labels[i] for i in index], dtype=torch.long)
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
     def class_counts(self) -> list[int]:
         """Sentences per class, in ``classes`` order."""
