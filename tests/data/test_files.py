@@ -262,3 +262,26 @@ def test_a_run_lends_its_options_and_tokenizer(tmp_path: Path) -> None:
         load_user_text(data, text_column="body", tokenizer=run).tokenizer.vocab_size
         == first.info.vocab_size
     )
+
+
+def test_a_table_without_a_header_row_is_read_as_examples(tmp_path: Path) -> None:
+    """A TSV of sentence pairs with no header: its first row is an example, not column names
+    (a header of whole sentences was the newcomer's first TSV)."""
+    from tfam.data.sources.textfiles import read_user_text
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text(
+        "In the beginning God created the heaven.\tEn el principio crió Dios los cielos.\n"
+        "And the earth was without form.\tY la tierra estaba desordenada.\n",
+        encoding="utf-8",
+    )
+    tf = read_user_text(path)
+    assert tf.kind == "translate"
+    assert tf.pairs[0] == (
+        "In the beginning God created the heaven.",
+        "En el principio crió Dios los cielos.",
+    )
+    assert len(tf.pairs) == 2
+    named = tmp_path / "named.tsv"
+    named.write_text("source\ttarget\nthe cat\tel gato\n", encoding="utf-8")
+    assert read_user_text(named).pairs == [("the cat", "el gato")]

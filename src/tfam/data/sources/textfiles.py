@@ -8,7 +8,8 @@ and telling what they hold: :func:`read_user_text` -> :class:`TextFile`.
     read_user_text("story.txt").texts                # the non-empty lines: kind "text"
     read_user_text("tags.conllu", label_column="xpos").tags[0]   # one tag per word: "tag"
 
-Formats: CSV and TSV (a header row; TSV without quoting), JSON Lines (``.jsonl``, ``.json``,
+Formats: CSV and TSV (a header row, or none when the first row reads as an example: a field of
+four words or more; its columns are then column1, column2, ...; TSV without quoting), JSON Lines (``.jsonl``, ``.json``,
 ``.ndjson``: one object a line), CoNLL-U (``.conllu``: any column as the tag, UPOS by default),
 plain text (``.txt``, any other suffix, or a directory of ``.txt`` files: one example a
 non-empty line). What a table holds is read from its columns (``text_column`` and
@@ -158,6 +159,13 @@ class _Table:
         return out
 
 
+def _is_header(fields: list[str]) -> bool:
+    """Whether a table's first row names its columns: column names are short; a field of four
+    or more words, or over 64 characters, is an example (a file without a header row, whose
+    columns are then column1, column2, ...)."""
+    return all(len(f.split()) < 4 and len(f.strip()) <= 64 for f in fields)
+
+
 def _read_csv(path: Path, delimiter: str) -> _Table:
     text = read_text(path)
     quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
@@ -169,10 +177,15 @@ def _read_csv(path: Path, delimiter: str) -> _Table:
             if not fields or not any(f.strip() for f in fields):
                 continue
             if header is None:
-                header = [f.strip() for f in fields]
-                if len(set(header)) != len(header):
-                    raise ValueError(f"{path}:{reader.line_num} (the header) names a column twice")
-                continue
+                if not _is_header(fields):  # a file without a header row: columns by number
+                    header = [f"column{i + 1}" for i in range(len(fields))]
+                else:
+                    header = [f.strip() for f in fields]
+                    if len(set(header)) != len(header):
+                        raise ValueError(
+                            f"{path}:{reader.line_num} (the header) names a column twice"
+                        )
+                    continue
             if len(fields) != len(header):
                 raise ValueError(
                     f"{path}:{reader.line_num} has {len(fields)} fields; the header has "
