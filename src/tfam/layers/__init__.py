@@ -3,6 +3,7 @@
 from tfam.layers.attention import MultiHeadAttention
 from tfam.layers.block import DecoderBlock, DropPath, EncoderBlock, TransformerStack
 from tfam.layers.cache import CrossKV, KVCache, LayerCache, StackCache
+from tfam.layers.chunked import ChunkedKernel, chunked_attention
 from tfam.layers.embedding import PatchEmbed
 from tfam.layers.feedforward import FeedForward
 from tfam.layers.kernels import (
@@ -37,6 +38,7 @@ __all__ = [
     "build_position",
     "alibi_slopes",
     "AttentionKernel",
+    "ChunkedKernel",
     "CrossKV",
     "DecoderBlock",
     "DropPath",
@@ -57,6 +59,7 @@ __all__ = [
     "TransformerStack",
     "build_kernel",
     "causal_mask",
+    "chunked_attention",
     "combine",
     "make_norm",
     "math_attention",
