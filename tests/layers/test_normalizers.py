@@ -204,7 +204,7 @@ def test_defaults_written_out():
         (
             "sdpa",
             {"normalizer": "relu"},
-            r"attention_options.normalizer='relu' is invalid: kernel 'sdpa' computes softmax scaled by 1/sqrt\(Dh\) only",
+            r"attention_options.normalizer='relu' is invalid: kernel 'sdpa' computes softmax scaled by 1/sqrt\(Dh\) only; attention='math' takes normalizer: softmax, relu, sigmoid",
         ),
         (
             "auto",

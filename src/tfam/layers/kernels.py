@@ -212,8 +212,8 @@ class AttentionKernel(nn.Module, ABC):
                     f"attention_options.{key}",
                     options[key],
                     f"kernel {cls.name!r} computes softmax scaled by 1/sqrt(Dh) only; "
-                    f"use attention='math' for {key} (one of "
-                    f"{NORMALIZERS if key == 'normalizer' else SCALES})",
+                    f"attention='math' takes {key}: "
+                    + ", ".join(NORMALIZERS if key == "normalizer" else SCALES),
                 )
             if key not in valid:
                 listed = ", ".join(sorted(valid)) if valid else "none"
