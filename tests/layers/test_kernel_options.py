@@ -55,7 +55,7 @@ def test_options_round_trip_through_json():
         (
             "math",
             {"window": 4},
-            r"attention_options.window=4 is invalid: kernel 'math' takes the options: none",
+            r"attention_options.window=4 is invalid: kernel 'math' takes the options: normalizer, scale",
         ),
         (
             "sdpa",
@@ -89,7 +89,10 @@ def test_bad_options_get_a_named_error(attention, options, message):
 
 def test_switching_kernel_resets_options():
     config = BaseConfig(dim=8, heads=2, attention="auto", attention_options={"crossover": 8})
-    assert config.replace(attention="math").attention_options == {}
+    assert config.replace(attention="math").attention_options == {
+        "normalizer": "softmax",
+        "scale": "head",
+    }
     assert build_kernel("auto", {"crossover": 8}).options.crossover == 8
     assert set(KERNELS) >= {"math", "sdpa", "auto"}
 

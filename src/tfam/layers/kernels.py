@@ -201,7 +201,20 @@ class AttentionKernel(nn.Module, ABC):
         """Checked options with defaults filled in, ready for JSON. Unknown names and values of
         the wrong type raise ``ValueError`` naming ``attention_options.<name>``."""
         valid = {f.name: f for f in dataclasses.fields(cls.Options)}
+        defaults = {f.name: f.default for f in dataclasses.fields(MathOptions)}
         for key in options:
+            if key in defaults and key not in valid and options[key] == defaults[key]:
+                continue  # softmax at 1/sqrt(Dh) is what every kernel computes
+            if key in defaults and key not in valid:
+                # sdpa and auto compute softmax with 1/sqrt(Dh) only; the other scores and
+                # normalizers are written out in `math`.
+                raise config_error(
+                    f"attention_options.{key}",
+                    options[key],
+                    f"kernel {cls.name!r} computes softmax scaled by 1/sqrt(Dh) only; "
+                    f"attention='math' takes {key}: "
+                    + ", ".join(NORMALIZERS if key == "normalizer" else SCALES),
+                )
             if key not in valid:
                 listed = ", ".join(sorted(valid)) if valid else "none"
                 raise config_error(
@@ -304,10 +317,20 @@ def math_attention(
     scale: float | None = None,
     need_weights: bool = False,
     is_causal: bool = False,
+    normalizer: str = "softmax",
 ) -> tuple[Tensor, Tensor | None]:
-    """softmax(Q K^T / sqrt(Dh) + bias) V, written out; returns the weights too.
+    """normalize(Q K^T / sqrt(Dh) + bias) V, written out; returns the weights too.
+
+    ``normalizer`` (:data:`NORMALIZERS`) turns the scores s (B, H, Lq, Lk) into weights, with
+    n (B, H, Lq, 1) the number of keys a query may attend (mask, causal, finite bias):
+    ``softmax``; ``relu``: relu(s) / n (ReLU attention); ``sigmoid``: sigmoid(s - log n)
+    (sigmoid attention). Masked keys weigh 0 under each; a row with no key is zero.
 
     Memory is O(Lq * Lk) per head: use ``sdpa`` for long sequences."""
+    if normalizer != "softmax":
+        return _pointwise_attention(
+            q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal, normalizer
+        )
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if is_causal:
@@ -330,6 +353,52 @@ def math_attention(
     if dead is not None:
         weights = weights.masked_fill(dead, 0.0)
     weights = weights.to(q.dtype)
+    attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return torch.matmul(attn, v), (weights if need_weights else None)
+
+
+NORMALIZERS = ("softmax", "relu", "sigmoid")
+SCALES = ("head", "model")
+
+
+def _pointwise_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    bias: Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+    need_weights: bool,
+    is_causal: bool,
+    normalizer: str,
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`math_attention` with a per-score normalizer (relu or sigmoid) instead of softmax.
+    Shapes as there. Weights are computed from finite scores only: a masked (or -inf bias) key
+    is given score 0 before the pointwise function, then its weight is set to 0, so no inf or
+    NaN reaches either pass."""
+    _check_mask(mask)
+    if normalizer not in NORMALIZERS:
+        raise ValueError(f"normalizer={normalizer!r} is invalid: expected one of {NORMALIZERS}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if is_causal:
+        mask = _with_causal(mask, q.shape[-2], k.shape[-2], q.device)
+    acc = torch.promote_types(q.dtype, torch.float32)
+    scores = torch.matmul(q * scale, k.transpose(-2, -1)).to(acc)
+    if bias is not None:
+        scores = scores + bias.to(acc)
+    # Allowed keys: the mask's True entries with a finite score (a -inf bias forbids a key).
+    allowed = torch.isfinite(scores)
+    if mask is not None:
+        allowed = allowed & mask
+    scores = scores.masked_fill(~allowed, 0.0)
+    # n >= 1 keeps log n and 1/n finite on rows with no key; those rows are zeroed below anyway.
+    n = allowed.sum(dim=-1, keepdim=True).clamp(min=1).to(acc)
+    if normalizer == "relu":
+        weights = torch.relu(scores) / n
+    else:
+        weights = torch.sigmoid(scores - torch.log(n))
+    weights = weights.masked_fill(~allowed, 0.0).to(q.dtype)
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return torch.matmul(attn, v), (weights if need_weights else None)
 
@@ -387,15 +456,46 @@ def sdpa_attention(
     return out.masked_fill(dead, 0.0), None
 
 
+@dataclasses.dataclass(frozen=True)
+class MathOptions:
+    # How scores become weights (NORMALIZERS): softmax, relu (relu(s) / n) or sigmoid
+    # (sigmoid(s - log n)), n = keys a query may attend.
+    normalizer: str = "softmax"
+    # Q's scale when the caller gives none: "head" 1/sqrt(Dh), or "model" 1/sqrt(D), D = H * Dh.
+    scale: str = "head"
+
+
 class MathKernel(AttentionKernel):
     """The formula written out (:func:`math_attention`): returns weights, O(L^2) memory;
     fastest at short sequences."""
 
     name = "math"
     exactness = "exact"  # refuses nothing
+    Options = MathOptions
+
+    @classmethod
+    def check_option(cls, name: str, value: Any) -> None:
+        if name == "normalizer":
+            check_choice("attention_options.normalizer", value, NORMALIZERS)
+        elif name == "scale":
+            check_choice("attention_options.scale", value, SCALES)
 
     def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
-        return math_attention(q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal)
+        if scale is None and self.options.scale == "model":
+            # q is (B, H, Lq, Dh): the model width D is H * Dh.
+            scale = 1.0 / math.sqrt(q.shape[1] * q.shape[-1])
+        return math_attention(
+            q,
+            k,
+            v,
+            mask,
+            bias,
+            dropout_p,
+            scale,
+            need_weights,
+            is_causal,
+            self.options.normalizer,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -462,6 +562,7 @@ __all__ = [
     "KERNELS",
     "AttentionKernel",
     "AutoKernel",
+    "NORMALIZERS",
     "MathKernel",
     "SDPAKernel",
     "build_kernel",
