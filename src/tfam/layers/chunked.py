@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -76,6 +77,44 @@ def _causal_skip(is_causal: bool, q1: int, k0: int, offset: int) -> bool:
     return is_causal and k0 > (q1 - 1) + offset
 
 
+def _key_tiles(
+    qs: Tensor,
+    k: Tensor,
+    mask4: Tensor | None,
+    bias4: Tensor | None,
+    is_causal: bool,
+    q0: int,
+    q1: int,
+    offset: int,
+    block_k: int,
+    acc: torch.dtype,
+) -> Iterator[tuple[int, int, Tensor]]:
+    """The key tiles that queries ``q0:q1`` (already scaled: ``qs``) see, with their scores:
+    (k0, k1, scores (B, H, q1 - q0, k1 - k0)); tiles wholly above the causal diagonal are
+    skipped (``offset`` = Lk - Lq aligns the diagonal bottom-right). Forward and backward
+    walk the same tiles."""
+    lk = k.shape[-2]
+    for k0 in range(0, lk, block_k):
+        if _causal_skip(is_causal, q1, k0, offset):
+            break
+        k1 = min(k0 + block_k, lk)
+        yield (
+            k0,
+            k1,
+            _tile_scores(
+                qs,
+                k[:, :, k0:k1],
+                None if mask4 is None else mask4[:, :, q0:q1, k0:k1],
+                None if bias4 is None else bias4[:, :, q0:q1, k0:k1],
+                is_causal,
+                q0,
+                k0,
+                offset,
+                acc,
+            ),
+        )
+
+
 class _ChunkedAttention(torch.autograd.Function):
     """Tiled forward saving the logsumexp; backward recomputes each tile's weights."""
 
@@ -107,21 +146,9 @@ class _ChunkedAttention(torch.autograd.Function):
             m = torch.full((b, h, q1 - q0, 1), float("-inf"), dtype=acc, device=q.device)
             l_sum = torch.zeros(b, h, q1 - q0, 1, dtype=acc, device=q.device)
             o = torch.zeros(b, h, q1 - q0, v.shape[-1], dtype=acc, device=q.device)
-            for k0 in range(0, lk, block_k):
-                if _causal_skip(is_causal, q1, k0, offset):
-                    break
-                k1 = min(k0 + block_k, lk)
-                s = _tile_scores(
-                    qs,
-                    k[:, :, k0:k1],
-                    None if mask4 is None else mask4[:, :, q0:q1, k0:k1],
-                    None if bias4 is None else bias4[:, :, q0:q1, k0:k1],
-                    is_causal,
-                    q0,
-                    k0,
-                    offset,
-                    acc,
-                )
+            for k0, k1, s in _key_tiles(
+                qs, k, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
+            ):
                 m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
                 # While a row has seen no finite score its max is -inf: subtract 0 instead, so
                 # exp gives 0 for its -inf scores rather than exp(-inf - -inf) = NaN.
@@ -166,21 +193,9 @@ class _ChunkedAttention(torch.autograd.Function):
         for q0 in range(0, lq, block_q):
             q1 = min(q0 + block_q, lq)
             qs = qs_all[:, :, q0:q1]
-            for k0 in range(0, lk, block_k):
-                if _causal_skip(is_causal, q1, k0, offset):
-                    break
-                k1 = min(k0 + block_k, lk)
-                s = _tile_scores(
-                    qs,
-                    k[:, :, k0:k1],
-                    None if mask4 is None else mask4[:, :, q0:q1, k0:k1],
-                    None if bias4 is None else bias4[:, :, q0:q1, k0:k1],
-                    is_causal,
-                    q0,
-                    k0,
-                    offset,
-                    acc,
-                )
+            for k0, k1, s in _key_tiles(
+                qs, k, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
+            ):
                 p = torch.exp(s - lse_safe[:, :, q0:q1])
                 d_o = do[:, :, q0:q1]
                 dv[:, :, k0:k1] += torch.matmul(p.transpose(-2, -1), d_o)
