@@ -422,3 +422,19 @@ def test_declarations_are_checked_when_a_kernel_registers(attrs: dict, message: 
         type("Bad", (AttentionKernel,), body)
     assert "\n" not in str(caught.value) and "Bad" in str(caught.value)
     assert "bad_declaration" not in KERNELS
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(1, 7), (3, 5), (4, 4), (5, 3), (9, 2)])
+def test_causal_pairs_counts_the_causal_mask(lq, lk):
+    from tfam.layers.kernels import causal_pairs
+    from tfam.layers.masks import causal_mask
+
+    assert causal_pairs(lq, lk) == int(causal_mask(lq, lk).sum())
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_cost_is_positive_and_grows_with_length(name):
+    kernel = build_kernel(name)
+    short, long = kernel.cost(64, 64, 16), kernel.cost(256, 256, 16)
+    assert 0 < short.flops < long.flops
+    assert 0 < short.score_elements <= long.score_elements

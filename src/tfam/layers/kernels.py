@@ -71,6 +71,24 @@ FEATURES: dict[str, str] = {
 _IMPLIED = {"key_mask": "mask", "lengths": "cache"}
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionCost:
+    """What one head of one batch row costs a kernel's forward: ``flops`` (2 per multiply-add:
+    scores and the weighted sum of values) and ``score_elements``, the most score (or weight)
+    entries it holds at once, which is what grows with length in memory."""
+
+    flops: float
+    score_elements: int
+
+
+def causal_pairs(lq: int, lk: int) -> int:
+    """(query, key) pairs under the bottom-right causal mask: query i sees lk - lq + i + 1
+    keys (at least 0, at most lk)."""
+    if lk >= lq:
+        return lq * (lk - lq) + lq * (lq + 1) // 2
+    return lk * (lk + 1) // 2
+
+
 class AttentionKernel(nn.Module, ABC):
     """Base of every kernel. A subclass sets ``name``, optionally an ``Options`` frozen
     dataclass (its fields are the kernel's options, with defaults), and implements
@@ -185,6 +203,14 @@ class AttentionKernel(nn.Module, ABC):
         the last Lq of Lk positions (bottom-right aligned, as causal). The kernel equals
         ``math`` with this mask ANDed with the caller's."""
         raise NotImplementedError(f"attention={self.name!r} is {self.exactness}: no pattern")
+
+    def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
+        """The forward's cost for ``lq`` queries over ``lk`` keys of width ``head_dim`` (one
+        head, one batch row). The default is dense attention that forms every score: a kernel
+        that computes fewer scores, or holds fewer at once, overrides it. ``explain`` and
+        ``tfam bench attention`` read it."""
+        pairs = causal_pairs(lq, lk) if is_causal else lq * lk
+        return AttentionCost(flops=4.0 * pairs * head_dim, score_elements=lq * lk)
 
     def new_cache(self, max_len: int) -> Any:
         """The cache this kernel reads while decoding (keys and values: a KVCache)."""
@@ -560,12 +586,14 @@ __all__ = [
     "EXACTNESS",
     "FEATURES",
     "KERNELS",
+    "AttentionCost",
     "AttentionKernel",
     "AutoKernel",
     "NORMALIZERS",
     "MathKernel",
     "SDPAKernel",
     "build_kernel",
+    "causal_pairs",
     "math_attention",
     "register_kernel",
     "sdpa_attention",
