@@ -10,9 +10,13 @@
         cache: a KVCache; the new keys and values are appended and attention runs over all
         -> (out (B, H, Lq, Dh), weights (B, H, Lq, Lk) or None)
 
-A kernel is an ``nn.Module`` so it may keep state (random features, a layout) and travel with
-the model; its options are config data (``attention_options``): checked by
-:meth:`AttentionKernel.validate_options`, JSON round-trip, named errors.
+A kernel is an ``nn.Module`` so it may keep state (random features, a layout, learned
+parameters) and travel with the model; its options are config data (``attention_options``):
+checked by :meth:`AttentionKernel.validate_options`, JSON round-trip, named errors. It is built
+with the shape of the attention it serves, ``build_kernel(name, options, heads=H,
+head_dim=Dh)`` (MultiHeadAttention passes its own), so a kernel may size per-layer parameters
+(``math``'s additive scores); those are the attention's parameters, initialised through
+:meth:`AttentionKernel.reset_parameters` by the model's ``init_weights``.
 
 Conventions on every kernel: a query row with no finite score (every key masked, or a bias row
 of -inf) yields zeros, never NaN, forward and backward; Q is scaled by 1/sqrt(Dh) before the
@@ -385,16 +389,20 @@ def additive_scores(q: Tensor, k: Tensor, w_a: Tensor, u_a: Tensor, v_a: Tensor)
 
     q (B, H, Lq, Dh), k (B, H, Lk, Dh); w_a, u_a (H, Dh, Da), v_a (H, Da) -> scores (B, H, Lq,
     Lk) in at least float32. Not scaled: v_a, learned, sets their size. Holds the (B, H, Lq, Lk,
-    Da) tensor tanh(...) (kept for the backward): Da times the memory of dot-product scores."""
+    Da) tensor tanh(...) (kept for the backward), and for a moment its product with v_a: Da
+    times the memory of dot-product scores, twice."""
     if q.shape[1] != w_a.shape[0] or q.shape[-1] != w_a.shape[1]:
         raise ValueError(
             f"q has {q.shape[1]} heads of width {q.shape[-1]} but the additive score's "
             f"parameters are for {w_a.shape[0]} heads of width {w_a.shape[1]}"
         )
-    wq = torch.einsum("bhid,hda->bhia", q, w_a)  # W_a q_i: (B, H, Lq, Da)
-    uk = torch.einsum("bhjd,hda->bhja", k, u_a)  # U_a k_j: (B, H, Lk, Da)
-    hidden = torch.tanh(wq.unsqueeze(-2) + uk.unsqueeze(-3))  # (B, H, Lq, Lk, Da)
-    scores = torch.einsum("bhija,ha->bhij", hidden, v_a)  # e_ij = v_a^T tanh(...)
+    wq = torch.matmul(q, w_a.unsqueeze(0))  # W_a q_i: (B, H, Lq, Da)
+    uk = torch.matmul(k, u_a.unsqueeze(0))  # U_a k_j: (B, H, Lk, Da)
+    # tanh in place: one (B, H, Lq, Lk, Da) tensor fewer (tanh's backward reads its output).
+    hidden = (wq.unsqueeze(-2) + uk.unsqueeze(-3)).tanh_()
+    # e_ij = v_a^T tanh(...); a product and a sum, whose backward measured faster on the CPU
+    # than einsum's batched matmul (46-57 against 74-95 ms forward and backward, L = 128).
+    scores = (hidden * v_a[None, :, None, None, :]).sum(-1)
     return scores.to(torch.promote_types(q.dtype, torch.float32))
 
 
