@@ -373,7 +373,15 @@ def test_attention_brick_passes_its_shape():
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 5))
 
 
-def test_to_hf_refuses_additive_scores():
+@pytest.mark.parametrize(
+    "options,message",
+    [(ADDITIVE, "score='additive'"), ({"normalizer": "relu"}, "normalizer='relu'")],
+)
+def test_to_hf_refuses_what_hf_does_not_compute(options, message):
     pytest.importorskip("transformers")
-    with pytest.raises(ValueError, match=r"attention_options.score='additive' cannot be conv"):
-        tfam.interop.to_hf(_gpt())
+    model = tfam.create_model(
+        "gpt", vocab_size=11, max_positions=8, dim=8, depth=1, heads=2, attention="math",
+        attention_options=options,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=rf"attention_options.{message} cannot be converted"):
+        tfam.interop.to_hf(model)
