@@ -55,7 +55,7 @@ def test_options_round_trip_through_json():
         (
             "math",
             {"window": 4},
-            r"attention_options.window=4 is invalid: kernel 'math' takes the options: normalizer, scale",
+            r"attention_options.window=4 is invalid: kernel 'math' takes the options: normalizer, scale, score, score_dim",
         ),
         (
             "sdpa",
@@ -92,6 +92,8 @@ def test_switching_kernel_resets_options():
     assert config.replace(attention="math").attention_options == {
         "normalizer": "softmax",
         "scale": "head",
+        "score": "dot",
+        "score_dim": None,
     }
     assert build_kernel("auto", {"crossover": 8}).options.crossover == 8
     assert set(KERNELS) >= {"math", "sdpa", "auto"}

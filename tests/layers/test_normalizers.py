@@ -157,7 +157,7 @@ def test_model_scale_uses_heads_times_head_dim():
 
 @pytest.mark.parametrize("normalizer", ["relu", "sigmoid"])
 def test_family_config_forward_backward_and_json(normalizer):
-    options = {"normalizer": normalizer, "scale": "model"}
+    options = {"normalizer": normalizer, "scale": "model", "score": "dot", "score_dim": None}
     model = tfam.create_model("vit_digits", attention="math", attention_options=options)
     config = model.config
     again = BaseConfig.from_json(config.to_json())
@@ -185,6 +185,8 @@ def test_defaults_written_out():
     assert json.loads(config.to_json())["attention_options"] == {
         "normalizer": "softmax",
         "scale": "head",
+        "score": "dot",
+        "score_dim": None,
     }
 
 

@@ -164,6 +164,19 @@ def attention_rows(
         f"1/sqrt({dh}) = {scale:.4g} (the head width, as in every reference "
         "implementation; the source documents write sqrt(D))"
     )
+    score_step, score_flops = "scores Q K^T / sqrt(Dh)", 2 * n_scores * dh + n_scores
+    if mha.kernel.to_options().get("score") == "additive":
+        da = mha.kernel.v_a.shape[-1]
+        score_step = "scores v_a^T tanh(W_a q + U_a k)"
+        # W_a q_i and U_a k_j once per query and key; per pair their sum, tanh, v_a^T.
+        score_flops = (
+            2 * b * heads * (nq + nk) * dh * da + (3 + FLOPS_PER_ELEMENT["tanh"]) * n_scores * da
+        )
+        score_note = (
+            f"per head a {lq} x {lk} = {nq} x {nk} matrix of additive scores (Bahdanau et al. "
+            f"2015): W_a, U_a (Dh -> Da = {da}) and v_a (Da) per head, not scaled; they hold "
+            f"B x H x {lq} x {lk} x Da = {n_scores * da:,} elements at once"
+        )
     if causal:
         score_note += "; causal: no weight on the keys after the query's own position"
     elif "mask" in call.kwargs:
@@ -178,8 +191,9 @@ def attention_rows(
         mix = "each token's output mixes every token's value"
     subs = [
         *_projection_rows(ex, mha, call, k, block, lq, lk if cross else None),
-        ExplainRow("scores Q K^T / sqrt(Dh)", k.q, scores, f"H x {lq} x Dh", f"H x {lq} x {lk}",
-                   0, 2 * n_scores * dh + n_scores, block, 1, score_note),
+        # The kernel's own parameters (additive scores), if any, are the scores' parameters.
+        ExplainRow(score_step, k.q, scores, f"H x {lq} x Dh", f"H x {lq} x {lk}",
+                   param_count(mha.kernel), score_flops, block, 1, score_note),
         ExplainRow("softmax", scores, scores, f"H x {lq} x {lk}", f"H x {lq} x {lk}", 0,
                    FLOPS_PER_ELEMENT["softmax"] * n_scores, block, 1,
                    "alpha = softmax(A) over each row (the keys), in float32"),

@@ -116,15 +116,26 @@ def encoder_fields_to_hf(config: Any) -> dict[str, Any]:
     )
 
 
-def refuse_inexact_attention(attention: str, target: str) -> None:
-    """A ValueError naming ``attention`` when it has no Hugging Face counterpart: only the
-    exact softmax kernels convert, so a converted model never computes something else."""
+def refuse_inexact_attention(
+    attention: str, target: str, options: dict[str, Any] | None = None
+) -> None:
+    """A ValueError naming ``attention`` (or one of its ``options``) when it has no Hugging
+    Face counterpart: only the exact softmax kernels with dot-product scores scaled by
+    1/sqrt(Dh) convert, so a converted model never computes something else (``math``'s other
+    normalizers, scales and additive scores, with their own parameters, have none)."""
     if attention not in TFAM_TO_HF_ATTN:
         raise ValueError(
             f"attention={attention!r} cannot be converted to {target}: only the exact softmax "
             f"kernels {', '.join(map(repr, TFAM_TO_HF_ATTN))} have an HF counterpart; if this "
             "kernel is exact, call model.set_attention('sdpa') first"
         )
+    standard = {"normalizer": "softmax", "scale": "head", "score": "dot", "score_dim": None}
+    for name, value in (options or {}).items():
+        if name in standard and value != standard[name]:
+            raise ValueError(
+                f"attention_options.{name}={value!r} cannot be converted to {target}: it "
+                "computes softmax(Q K^T / sqrt(Dh)) only"
+            )
 
 
 def warn_drop_path_dropped(drop_path: float, target: str) -> None:

@@ -265,7 +265,7 @@ def config_to_hf(config: BertConfig, **options: Any) -> Any:
         problems.append(f"pooler=True with head={c.head!r} (HF's {HEAD_TO_HF[c.head]} has none)")
     if problems:
         raise ValueError(f"config is invalid for conversion to HF BERT: {'; '.join(problems)}")
-    common.refuse_inexact_attention(c.attention, "Hugging Face BERT")
+    common.refuse_inexact_attention(c.attention, "Hugging Face BERT", c.attention_options)
     common.warn_drop_path_dropped(c.drop_path, "HF BERT")
     values: dict[str, Any] = dict(
         common.encoder_fields_to_hf(c),

@@ -212,7 +212,7 @@ def config_to_hf(model: GPT, *, attn_implementation: str | None = None) -> Any:
     if not c.qkv_bias:
         raise refuse("qkv_bias", c.qkv_bias, "GPT-2's c_attn always has a bias")
     common.refuse_unlike_blocks(c, "Hugging Face GPT-2", "GPT-2", norm_first=True)
-    common.refuse_inexact_attention(c.attention, "Hugging Face GPT-2")
+    common.refuse_inexact_attention(c.attention, "Hugging Face GPT-2", c.attention_options)
     common.warn_drop_path_dropped(c.drop_path, "GPT-2")
     return transformers.GPT2Config(
         vocab_size=c.vocab_size,

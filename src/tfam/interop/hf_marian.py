@@ -322,7 +322,7 @@ def config_to_hf(model: Transformer, *, attn_implementation: str | None = None) 
     )
     if not c.qkv_bias:
         raise refuse("qkv_bias", c.qkv_bias, "Marian's Q, K, V projections always have biases")
-    refuse_inexact_attention(c.attention, "Hugging Face MarianMT")
+    refuse_inexact_attention(c.attention, "Hugging Face MarianMT", c.attention_options)
     warn_drop_path_dropped(c.drop_path, "MarianMT")
     return transformers.MarianConfig(
         vocab_size=c.vocab_size,

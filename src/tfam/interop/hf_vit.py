@@ -291,7 +291,7 @@ def config_to_hf(
     if c.position != "learned":
         raise refuse("position", c.position, "HF ViT always adds a learned position table")
     refuse_unlike_blocks(c, "Hugging Face ViT", "HF ViT", norm_first=True)
-    refuse_inexact_attention(c.attention, "Hugging Face ViT")
+    refuse_inexact_attention(c.attention, "Hugging Face ViT", c.attention_options)
     if c.representation_size and c.num_classes:
         raise refuse(
             "representation_size",

@@ -92,15 +92,47 @@ class MultiHeadAttention(nn.Module):
         self.proj_dropout = nn.Dropout(c.dropout)
         self.qk_transform: nn.Module | None = None
         self.bias_provider: nn.Module | None = None
+        self.init_std = c.init_std  # a kernel's own parameters start as the model's layers
         self.set_kernel(c.attention, c.attention_options)
 
     @property
     def attention(self) -> str:
         return self.kernel.name
 
-    def set_kernel(self, attention: str, options: dict[str, Any] | None = None) -> None:
-        """Switch to another kernel (same weights)."""
-        self.kernel: AttentionKernel = build_kernel(attention, check_attention(attention, options))
+    def set_kernel(
+        self, attention: str, options: dict[str, Any] | None = None, discard: bool = False
+    ) -> None:
+        """Switch to another kernel (same projection weights), built for this layer's H and Dh.
+
+        A kernel with learned parameters of its own (``math`` with ``score='additive'``) keeps
+        them when the new kernel has the same ones (another normalizer); new ones start as at
+        construction (truncated normal, std = ``init_std``). Switching to a kernel without
+        them would drop what was learned: that is a ValueError unless ``discard=True`` (and
+        switching back then starts them afresh)."""
+        options = check_attention(attention, options)
+        kernel = build_kernel(attention, options, heads=self.heads, head_dim=self.head_dim)
+        old: AttentionKernel | None = self._modules.get("kernel")  # type: ignore[assignment]
+        learned = old.state_dict() if old is not None else {}
+        fresh = kernel.state_dict()
+        same = learned.keys() == fresh.keys() and all(
+            learned[n].shape == fresh[n].shape for n in learned
+        )
+        if learned and not same and not discard:
+            was = ", ".join(f"{k}={v!r}" for k, v in old.to_options().items())
+            raise ValueError(
+                f"attention={attention!r} would drop the learned parameters of this layer's "
+                f"kernel (attention={old.name!r}, {was}: {', '.join(learned)}); keep the kernel, "
+                "or pass discard=True to drop them"
+            )
+        if fresh:
+            # On the layer's device and dtype; kept values if they fit, else a fresh start.
+            w = self.out_proj.weight
+            kernel.to(device=w.device, dtype=w.dtype)
+            if learned and same:
+                kernel.load_state_dict(learned)
+            else:
+                kernel.reset_parameters(self.init_std)
+        self.kernel: AttentionKernel = kernel
 
     def _split(self, t: Tensor) -> Tensor:
         """(B, L, D) -> (B, H, L, Dh)."""

@@ -10,9 +10,13 @@
         cache: a KVCache; the new keys and values are appended and attention runs over all
         -> (out (B, H, Lq, Dh), weights (B, H, Lq, Lk) or None)
 
-A kernel is an ``nn.Module`` so it may keep state (random features, a layout) and travel with
-the model; its options are config data (``attention_options``): checked by
-:meth:`AttentionKernel.validate_options`, JSON round-trip, named errors.
+A kernel is an ``nn.Module`` so it may keep state (random features, a layout, learned
+parameters) and travel with the model; its options are config data (``attention_options``):
+checked by :meth:`AttentionKernel.validate_options`, JSON round-trip, named errors. It is built
+with the shape of the attention it serves, ``build_kernel(name, options, heads=H,
+head_dim=Dh)`` (MultiHeadAttention passes its own), so a kernel may size per-layer parameters
+(``math``'s additive scores); those are the attention's parameters, initialised through
+:meth:`AttentionKernel.reset_parameters` by the model's ``init_weights``.
 
 Conventions on every kernel: a query row with no finite score (every key masked, or a bias row
 of -inf) yields zeros, never NaN, forward and backward; Q is scaled by 1/sqrt(Dh) before the
@@ -218,9 +222,19 @@ class AttentionKernel(nn.Module, ABC):
 
         return KVCache(max_len)
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(
+        self, heads: int | None = None, head_dim: int | None = None, **options: Any
+    ) -> None:
         super().__init__()
         self.options = self.Options(**self.validate_options(options))
+        # The attention's shape (H, Dh), given by MultiHeadAttention (build_kernel); None when
+        # built alone. A kernel with per-layer parameters sizes them from it; others ignore it.
+        self.heads, self.head_dim = heads, head_dim
+
+    def reset_parameters(self, std: float | None = None) -> None:
+        """(Re)initialise the kernel's learned parameters, if it has any (most have none):
+        ``std`` (the model's ``init_std``) gives the truncated normal of the model's linear
+        layers, None the kernel's own default. ``TfamModel.init_weights`` calls it."""
 
     @classmethod
     def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -232,14 +246,13 @@ class AttentionKernel(nn.Module, ABC):
             if key in defaults and key not in valid and options[key] == defaults[key]:
                 continue  # softmax at 1/sqrt(Dh) is what every kernel computes
             if key in defaults and key not in valid:
-                # sdpa and auto compute softmax with 1/sqrt(Dh) only; the other scores and
-                # normalizers are written out in `math`.
+                # sdpa, auto and chunked compute softmax of Q K^T / sqrt(Dh) only; the other
+                # scores and normalizers are written out in `math`.
                 raise config_error(
                     f"attention_options.{key}",
                     options[key],
                     f"kernel {cls.name!r} computes softmax scaled by 1/sqrt(Dh) only; "
-                    f"attention='math' takes {key}: "
-                    + ", ".join(NORMALIZERS if key == "normalizer" else SCALES),
+                    f"attention='math' takes {key}: {_MATH_CHOICES[key]}",
                 )
             if key not in valid:
                 listed = ", ".join(sorted(valid)) if valid else "none"
@@ -311,10 +324,19 @@ def register_kernel(cls: type[AttentionKernel]) -> type[AttentionKernel]:
     return cls
 
 
-def build_kernel(name: str, options: dict[str, Any] | None = None) -> AttentionKernel:
-    """A kernel instance from its registered name and options."""
+def build_kernel(
+    name: str,
+    options: dict[str, Any] | None = None,
+    *,
+    heads: int | None = None,
+    head_dim: int | None = None,
+) -> AttentionKernel:
+    """A kernel instance from its registered name and options. ``heads`` (H) and ``head_dim``
+    (Dh) are the shape of the attention it serves: a kernel with per-layer parameters (``math``
+    with ``score='additive'``) needs them, the others ignore them. MultiHeadAttention passes
+    its own."""
     check_choice("attention", name, sorted(ATTENTION_KERNELS))
-    return ATTENTION_KERNELS[name](**(options or {}))
+    return ATTENTION_KERNELS[name](heads=heads, head_dim=head_dim, **(options or {}))
 
 
 def _check_mask(mask: Tensor | None) -> None:
@@ -353,22 +375,78 @@ def math_attention(
     (sigmoid attention). Masked keys weigh 0 under each; a row with no key is zero.
 
     Memory is O(Lq * Lk) per head: use ``sdpa`` for long sequences."""
-    if normalizer != "softmax":
-        return _pointwise_attention(
-            q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal, normalizer
-        )
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if is_causal:
-        mask = _with_causal(mask, q.shape[-2], k.shape[-2], q.device)
-    # Softmax in at least float32 (bf16 scores lose the small weights); float64 stays float64.
+    # Scores in at least float32 (bf16 scores lose the small weights); float64 stays float64.
     acc = torch.promote_types(q.dtype, torch.float32)
     # Scale Q first: in float16, Q K^T of large activations overflows before any later scale.
     scores = torch.matmul(q * scale, k.transpose(-2, -1)).to(acc)
+    return scores_attention(scores, v, mask, bias, dropout_p, need_weights, is_causal, normalizer)
+
+
+def additive_scores(q: Tensor, k: Tensor, w_a: Tensor, u_a: Tensor, v_a: Tensor) -> Tensor:
+    """Bahdanau et al. (2015)'s additive scores, per head: e_ij = v_a^T tanh(W_a q_i + U_a k_j).
+
+    q (B, H, Lq, Dh), k (B, H, Lk, Dh); w_a, u_a (H, Dh, Da), v_a (H, Da) -> scores (B, H, Lq,
+    Lk) in at least float32. Not scaled: v_a, learned, sets their size. Holds the (B, H, Lq, Lk,
+    Da) tensor tanh(...) (kept for the backward), and for a moment its product with v_a: Da
+    times the memory of dot-product scores, twice."""
+    if q.shape[1] != w_a.shape[0] or q.shape[-1] != w_a.shape[1]:
+        raise ValueError(
+            f"q has {q.shape[1]} heads of width {q.shape[-1]} but the additive score's "
+            f"parameters are for {w_a.shape[0]} heads of width {w_a.shape[1]}"
+        )
+    wq = torch.matmul(q, w_a.unsqueeze(0))  # W_a q_i: (B, H, Lq, Da)
+    uk = torch.matmul(k, u_a.unsqueeze(0))  # U_a k_j: (B, H, Lk, Da)
+    # tanh in place: one (B, H, Lq, Lk, Da) tensor fewer (tanh's backward reads its output).
+    hidden = (wq.unsqueeze(-2) + uk.unsqueeze(-3)).tanh_()
+    # e_ij = v_a^T tanh(...); a product and a sum, whose backward measured faster on the CPU
+    # than einsum's batched matmul (46-57 against 74-95 ms forward and backward, L = 128).
+    scores = (hidden * v_a[None, :, None, None, :]).sum(-1)
+    return scores.to(torch.promote_types(q.dtype, torch.float32))
+
+
+def scores_attention(
+    scores: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    is_causal: bool = False,
+    normalizer: str = "softmax",
+) -> tuple[Tensor, Tensor | None]:
+    """normalize(scores + bias) V: the part of :func:`math_attention` after the scores, for any
+    score (dot-product, additive). scores (B, H, Lq, Lk) in the dtype normalisation runs in
+    (at least float32), v (B, H, Lk, Dh) -> (out (B, H, Lq, Dh), weights in v's dtype or None).
+    Masks, causal (bottom-right), bias and the rows with no key as in :func:`math_attention`."""
+    _check_mask(mask)
+    if normalizer not in NORMALIZERS:
+        raise ValueError(f"normalizer={normalizer!r} is invalid: expected one of {NORMALIZERS}")
+    if is_causal:
+        mask = _with_causal(mask, scores.shape[-2], scores.shape[-1], scores.device)
     if bias is not None:
-        scores = scores + bias.to(acc)
+        scores = scores + bias.to(scores.dtype)
+    if normalizer == "softmax":
+        # Only a mask or a bias can leave a row without a finite score.
+        weights = _softmax_weights(scores, mask, mask is not None or bias is not None)
+    else:
+        weights = _pointwise_weights(scores, mask, normalizer)
+    weights = weights.to(v.dtype)
+    attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return torch.matmul(attn, v), (weights if need_weights else None)
+
+
+NORMALIZERS = ("softmax", "relu", "sigmoid")
+SCALES = ("head", "model")
+SCORES = ("dot", "additive")
+
+
+def _softmax_weights(scores: Tensor, mask: Tensor | None, guard: bool) -> Tensor:
+    """softmax over the keys of the scores with masked keys at -inf; with ``guard`` (a mask or
+    a bias was given), a row with no finite score is zero."""
     dead = None
-    if mask is not None or bias is not None:
+    if guard:
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         # A row with no finite score would be 0/0 in softmax: give it a constant row, then zero
@@ -378,55 +456,25 @@ def math_attention(
     weights = torch.softmax(scores, dim=-1)
     if dead is not None:
         weights = weights.masked_fill(dead, 0.0)
-    weights = weights.to(q.dtype)
-    attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return torch.matmul(attn, v), (weights if need_weights else None)
+    return weights
 
 
-NORMALIZERS = ("softmax", "relu", "sigmoid")
-SCALES = ("head", "model")
-
-
-def _pointwise_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    bias: Tensor | None,
-    dropout_p: float,
-    scale: float | None,
-    need_weights: bool,
-    is_causal: bool,
-    normalizer: str,
-) -> tuple[Tensor, Tensor | None]:
-    """:func:`math_attention` with a per-score normalizer (relu or sigmoid) instead of softmax.
-    Shapes as there. Weights are computed from finite scores only: a masked (or -inf bias) key
-    is given score 0 before the pointwise function, then its weight is set to 0, so no inf or
-    NaN reaches either pass."""
-    _check_mask(mask)
-    if normalizer not in NORMALIZERS:
-        raise ValueError(f"normalizer={normalizer!r} is invalid: expected one of {NORMALIZERS}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if is_causal:
-        mask = _with_causal(mask, q.shape[-2], k.shape[-2], q.device)
-    acc = torch.promote_types(q.dtype, torch.float32)
-    scores = torch.matmul(q * scale, k.transpose(-2, -1)).to(acc)
-    if bias is not None:
-        scores = scores + bias.to(acc)
+def _pointwise_weights(scores: Tensor, mask: Tensor | None, normalizer: str) -> Tensor:
+    """A per-score normalizer (relu or sigmoid) instead of softmax. Weights are computed from
+    finite scores only: a masked (or -inf bias) key is given score 0 before the pointwise
+    function, then its weight is set to 0, so no inf or NaN reaches either pass."""
     # Allowed keys: the mask's True entries with a finite score (a -inf bias forbids a key).
     allowed = torch.isfinite(scores)
     if mask is not None:
         allowed = allowed & mask
     scores = scores.masked_fill(~allowed, 0.0)
     # n >= 1 keeps log n and 1/n finite on rows with no key; those rows are zeroed below anyway.
-    n = allowed.sum(dim=-1, keepdim=True).clamp(min=1).to(acc)
+    n = allowed.sum(dim=-1, keepdim=True).clamp(min=1).to(scores.dtype)
     if normalizer == "relu":
         weights = torch.relu(scores) / n
     else:
         weights = torch.sigmoid(scores - torch.log(n))
-    weights = weights.masked_fill(~allowed, 0.0).to(q.dtype)
-    attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return torch.matmul(attn, v), (weights if need_weights else None)
+    return weights.masked_fill(~allowed, 0.0)
 
 
 _SDPA_BACKENDS = {
@@ -488,16 +536,70 @@ class MathOptions:
     # (sigmoid(s - log n)), n = keys a query may attend.
     normalizer: str = "softmax"
     # Q's scale when the caller gives none: "head" 1/sqrt(Dh), or "model" 1/sqrt(D), D = H * Dh.
+    # Dot-product scores only: additive scores are not scaled.
     scale: str = "head"
+    # The score (SCORES): "dot" q_i . k_j (scaled), or "additive" v_a^T tanh(W_a q_i + U_a k_j)
+    # (Bahdanau et al. 2015), with learned W_a, U_a (Dh -> Da) and v_a (Da) per head.
+    score: str = "dot"
+    # Da, the width of the additive score's hidden layer; None: Da = Dh. Additive only.
+    score_dim: int | None = None
+
+
+# What `math` takes, for the one-line refusal of the kernels that compute softmax(dot) only.
+_MATH_CHOICES = {
+    "normalizer": ", ".join(NORMALIZERS),
+    "scale": ", ".join(SCALES),
+    "score": ", ".join(SCORES),
+    "score_dim": "an int >= 1, with score='additive'",
+}
 
 
 class MathKernel(AttentionKernel):
     """The formula written out (:func:`math_attention`): returns weights, O(L^2) memory;
-    fastest at short sequences."""
+    fastest at short sequences.
+
+    With ``score='additive'`` it holds per-layer parameters (``w_a``, ``u_a``: (H, Dh, Da),
+    ``v_a``: (H, Da); :func:`additive_scores`), so it must be built with the attention's shape
+    (``build_kernel(..., heads=H, head_dim=Dh)``, as MultiHeadAttention does); they are the
+    attention's parameters (saved, loaded, trained, initialised by the model's
+    ``init_weights``). Additive scores ignore ``scale`` (the option and a caller's ``scale=``):
+    v_a, learned, sets their size. They form a (B, H, Lq, Lk, Da) tensor: Da times the memory
+    and about 2 Da / Dh times the score FLOPs of dot-product scores (:meth:`cost`)."""
 
     name = "math"
     exactness = "exact"  # refuses nothing
     Options = MathOptions
+
+    def __init__(
+        self, heads: int | None = None, head_dim: int | None = None, **options: Any
+    ) -> None:
+        super().__init__(heads, head_dim, **options)
+        if self.options.score != "additive":
+            return
+        if heads is None or head_dim is None:
+            raise ValueError(
+                "attention_options.score='additive' needs the attention's heads and head width "
+                "for its parameters: build_kernel('math', options, heads=H, head_dim=Dh) "
+                "(MultiHeadAttention passes its own)"
+            )
+        da = self.options.score_dim or head_dim
+        self.w_a = nn.Parameter(torch.empty(heads, head_dim, da))  # W_a, on the queries
+        self.u_a = nn.Parameter(torch.empty(heads, head_dim, da))  # U_a, on the keys
+        self.v_a = nn.Parameter(torch.empty(heads, da))
+        self.reset_parameters()
+
+    def reset_parameters(self, std: float | None = None) -> None:
+        """The additive score's W_a, U_a, v_a: truncated normal (std, cut at 2 std) as the
+        model's linear layers, or with ``std`` None nn.Linear's default, uniform within
+        1/sqrt(fan_in) (Dh for W_a and U_a, Da for v_a)."""
+        if self.options.score != "additive":
+            return
+        for p in (self.w_a, self.u_a, self.v_a):
+            if std is not None:
+                nn.init.trunc_normal_(p, std=std, a=-2 * std, b=2 * std)
+            else:
+                bound = 1.0 / math.sqrt(p.shape[-2] if p.dim() == 3 else p.shape[-1])
+                nn.init.uniform_(p, -bound, bound)
 
     @classmethod
     def check_option(cls, name: str, value: Any) -> None:
@@ -505,22 +607,57 @@ class MathKernel(AttentionKernel):
             check_choice("attention_options.normalizer", value, NORMALIZERS)
         elif name == "scale":
             check_choice("attention_options.scale", value, SCALES)
+        elif name == "score":
+            check_choice("attention_options.score", value, SCORES)
+        elif (
+            name == "score_dim"
+            and value is not None
+            and (not isinstance(value, int) or isinstance(value, bool) or value < 1)
+        ):
+            raise config_error("attention_options.score_dim", value, "expected an int >= 1 or null")
+
+    @classmethod
+    def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        out = super().validate_options(options)
+        if out["score"] != "additive" and out["score_dim"] is not None:
+            raise config_error(
+                "attention_options.score_dim",
+                out["score_dim"],
+                "only the additive score has a width: set score='additive' or leave it out",
+            )
+        if out["score"] == "additive" and out["scale"] != "head":
+            raise config_error(
+                "attention_options.scale",
+                out["scale"],
+                "score='additive' is not scaled (v_a, learned, sets its size): leave scale out",
+            )
+        return out
+
+    def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
+        """Dense attention's cost; additive scores replace the product q_i . k_j (2 Dh FLOPs a
+        pair) by W_a q_i and U_a k_j (2 Dh Da a query and a key), and per pair their sum, tanh
+        and v_a^T (8 Da: tanh counted as 5, as explain counts it); they hold Lq Lk Da elements
+        at once."""
+        dense = super().cost(lq, lk, head_dim, is_causal)
+        if self.options.score != "additive":
+            return dense
+        da = self.options.score_dim or head_dim
+        pairs = causal_pairs(lq, lk) if is_causal else lq * lk
+        flops = dense.flops - 2.0 * pairs * head_dim + 2.0 * (lq + lk) * head_dim * da
+        return AttentionCost(flops=flops + 8.0 * pairs * da, score_elements=lq * lk * da)
 
     def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
+        normalizer = self.options.normalizer
+        if self.options.score == "additive":
+            scores = additive_scores(q, k, self.w_a, self.u_a, self.v_a)
+            return scores_attention(
+                scores, v, mask, bias, dropout_p, need_weights, is_causal, normalizer
+            )
         if scale is None and self.options.scale == "model":
             # q is (B, H, Lq, Dh): the model width D is H * Dh.
             scale = 1.0 / math.sqrt(q.shape[1] * q.shape[-1])
         return math_attention(
-            q,
-            k,
-            v,
-            mask,
-            bias,
-            dropout_p,
-            scale,
-            need_weights,
-            is_causal,
-            self.options.normalizer,
+            q, k, v, mask, bias, dropout_p, scale, need_weights, is_causal, normalizer
         )
 
 
@@ -590,11 +727,14 @@ __all__ = [
     "AttentionKernel",
     "AutoKernel",
     "NORMALIZERS",
+    "SCORES",
     "MathKernel",
     "SDPAKernel",
+    "additive_scores",
     "build_kernel",
     "causal_pairs",
     "math_attention",
     "register_kernel",
+    "scores_attention",
     "sdpa_attention",
 ]

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from tfam.config import BaseConfig, check_attention
 from tfam.fileio import atomic_write_bytes
 from tfam.layers.attention import MultiHeadAttention
+from tfam.layers.kernels import AttentionKernel
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -137,6 +138,8 @@ class TfamModel(nn.Module, ABC):
                     nn.init.ones_(module.weight)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
+            elif isinstance(module, AttentionKernel):  # its own parameters, if any (additive)
+                module.reset_parameters(std)
 
     def no_weight_decay(self) -> set[str]:
         """Names of parameters that weight decay must leave alone (besides norms and biases)."""
@@ -145,12 +148,19 @@ class TfamModel(nn.Module, ABC):
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
-    def set_attention(self, attention: str, options: dict[str, Any] | None = None) -> None:
-        """Switch every attention layer to another kernel (same weights)."""
+    def set_attention(
+        self, attention: str, options: dict[str, Any] | None = None, discard: bool = False
+    ) -> None:
+        """Switch every attention layer to another kernel (same weights). A kernel's own
+        learned parameters (``math``, ``score='additive'``) are kept where the new kernel has
+        the same; dropping them is a ValueError unless ``discard=True``
+        (:meth:`MultiHeadAttention.set_kernel`)."""
         options = check_attention(attention, options)
+        # Every layer holds the same kernel, so a refusal comes from the first, before any
+        # layer has switched.
         for m in self.modules():
             if isinstance(m, MultiHeadAttention):
-                m.set_kernel(attention, options)
+                m.set_kernel(attention, options, discard)
         self.config.attention = attention
         self.config.attention_options = options
 
