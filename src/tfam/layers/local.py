@@ -115,6 +115,22 @@ class _Plan:
 
     blocks: tuple[tuple[Tensor, Tensor, Tensor], ...]
     where: Tensor
+    # Per block kind and dtype: the pattern as an additive 0 / -inf term (rows with no allowed
+    # key all 0), and a 0 / 1 factor for those rows (None when there are none); made once.
+    _additive: dict[tuple[int, torch.dtype], tuple[Tensor, Tensor | None]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    def additive(self, i: int, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+        """Block kind ``i``'s pattern as (0 / -inf (G, T, S), alive (G, T, 1) or None)."""
+        if (i, dtype) not in self._additive:
+            allowed = self.blocks[i][2]
+            dead = ~allowed.any(dim=-1, keepdim=True)
+            neg = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+            neg = neg.masked_fill(~allowed & ~dead, float("-inf"))
+            alive = (~dead).to(dtype) if bool(dead.any()) else None
+            self._additive[(i, dtype)] = (neg, alive)
+        return self._additive[(i, dtype)]
 
 
 def _band(start: Tensor, count: int, reach_lo: int, reach_hi: int, total: int) -> Tensor:
@@ -241,36 +257,47 @@ def local_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     acc = torch.promote_types(q.dtype, torch.float32)
     qs_all = q * scale  # scale Q first, as math does
+    b, h = q.shape[:2]
     outs, kept = [], []
-    for qidx, kidx, allowed in plan.blocks:
+    for i, (qidx, kidx, allowed) in enumerate(plan.blocks):
+        g, t, n = allowed.shape
         qi, kj = qidx.clamp(min=0), kidx.clamp(min=0)
-        qg = qs_all[:, :, qi]  # (B, H, G, T, Dh)
-        kg, vg = k[:, :, kj], v[:, :, kj]  # (B, H, G, S, Dh)
-        # s = Q K^T / sqrt(Dh) + bias, on the band only
-        s = torch.matmul(qg, kg.transpose(-2, -1)).to(acc)  # (B, H, G, T, S)
-        b = _gather_pairs(bias, qidx, kidx)
-        if b is not None:
-            s = s + b.to(acc)
-        keep = allowed
-        m = _gather_pairs(mask, qidx, kidx)
-        if m is not None:
-            keep = keep & m
-        s = s.masked_fill(~keep, float("-inf"))
-        # A row with no finite score: a constant row, then zero weights (as math).
-        dead = torch.isneginf(s).all(dim=-1, keepdim=True)
-        w = torch.softmax(s.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0).to(q.dtype)
+        # (B*H*G, T, Dh) and (B*H*G, S, Dh): the blocks' queries and their bands of keys.
+        qg = qs_all[:, :, qi].reshape(b * h * g, t, -1)
+        kg, vg = (x[:, :, kj].reshape(b * h * g, n, -1) for x in (k, v))
+        # s = Q K^T / sqrt(Dh) (+ bias), on the band only: (B, H, G, T, S)
+        s = torch.bmm(qg, kg.transpose(1, 2)).view(b, h, g, t, n).to(acc)
+        if mask is None and bias is None:
+            # The pattern alone: one addition (no masking pass, nothing in backward).
+            neg, alive = plan.additive(i, acc)
+            w = torch.softmax(s + neg, dim=-1)
+            if alive is not None:  # rows with no key (no query, or before every key): zero
+                w = w * alive
+        else:
+            bg = _gather_pairs(bias, qidx, kidx)
+            if bg is not None:
+                s = s + bg.to(acc)
+            keep = allowed
+            m = _gather_pairs(mask, qidx, kidx)
+            if m is not None:
+                keep = keep & m
+            s = s.masked_fill(~keep, float("-inf"))
+            # A row with no finite score: a constant row, then zero weights (as math).
+            dead = torch.isneginf(s).all(dim=-1, keepdim=True)
+            w = torch.softmax(s.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+        w = w.to(q.dtype)
         kept.append(w)
         attn = F.dropout(w, p=dropout_p) if dropout_p > 0 else w
-        out = torch.matmul(attn, vg)  # (B, H, G, T, Dh)
-        outs.append(out.flatten(2, 3))
-    out = torch.cat(outs, dim=2).index_select(2, plan.where)
+        out = torch.bmm(attn.reshape(b * h * g, t, n), vg)  # (B*H*G, T, Dh)
+        outs.append(out.view(b, h, g * t, -1))
+    out = (outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)).index_select(2, plan.where)
     if not need_weights:
         return out, None
     dense = q.new_zeros(q.shape[0], q.shape[1], lq, lk)
     for (qidx, kidx, allowed), w in zip(plan.blocks, kept, strict=True):
         # Each (query, key) pair is in at most one block: scattering back overwrites nothing.
-        g, t, s = allowed.nonzero(as_tuple=True)
-        dense[:, :, qidx[g, t], kidx[g, s]] = w[:, :, g, t, s]
+        gi, ti, si = allowed.nonzero(as_tuple=True)
+        dense[:, :, qidx[gi, ti], kidx[gi, si]] = w[:, :, gi, ti, si]
     return out, dense
 
 
