@@ -263,8 +263,8 @@ def local_attention(
         g, t, n = allowed.shape
         qi, kj = qidx.clamp(min=0), kidx.clamp(min=0)
         # (B*H*G, T, Dh) and (B*H*G, S, Dh): the blocks' queries and their bands of keys.
-        qg = qs_all[:, :, qi].reshape(b * h * g, t, -1)
-        kg, vg = (x[:, :, kj].reshape(b * h * g, n, -1) for x in (k, v))
+        qg = qs_all[:, :, qi].reshape(b * h * g, t, q.shape[-1])
+        kg, vg = (x[:, :, kj].reshape(b * h * g, n, x.shape[-1]) for x in (k, v))
         # s = Q K^T / sqrt(Dh) (+ bias), on the band only: (B, H, G, T, S)
         s = torch.bmm(qg, kg.transpose(1, 2)).view(b, h, g, t, n).to(acc)
         if mask is None and bias is None:
@@ -289,7 +289,7 @@ def local_attention(
         kept.append(w)
         attn = F.dropout(w, p=dropout_p) if dropout_p > 0 else w
         out = torch.bmm(attn.reshape(b * h * g, t, n), vg)  # (B*H*G, T, Dh)
-        outs.append(out.view(b, h, g * t, -1))
+        outs.append(out.view(b, h, g * t, v.shape[-1]))
     out = (outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)).index_select(2, plan.where)
     if not need_weights:
         return out, None
