@@ -11,6 +11,7 @@ of `local`'s time between the first and last length (1 = linear in L).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import time
@@ -60,11 +61,11 @@ def main() -> None:
     for n in args.lengths:
         g = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(1, 1, n, args.head_dim, generator=g).requires_grad_() for _ in "qkv")
-        t_local = seconds(lambda: step(local, q, k, v), args.repeats)
+        t_local = seconds(functools.partial(step, local, q, k, v), args.repeats)
         measured.append((n, t_local))
         scores = local.cost(n, n, args.head_dim).score_elements
         if n <= args.sdpa_max:
-            t_sdpa = seconds(lambda: step(sdpa, q, k, v), args.repeats)
+            t_sdpa = seconds(functools.partial(step, sdpa, q, k, v), args.repeats)
             dense = f"{t_sdpa * 1e3:9.1f}  {t_sdpa / t_local:10.2f}"
         else:
             dense = f"{'-':>9}  {'-':>10}"
