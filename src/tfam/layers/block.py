@@ -133,7 +133,9 @@ class EncoderBlock(nn.Module):
                     "(no subset of queries, no incremental decoding)"
                 )
             z, weights = self._attend_partitioned(h, grid, mask, bias, is_causal, need_weights)
-        elif queries is None:
+        elif queries is None or self.mhsa.kernel.exactness == "pattern":
+            # A pattern kernel aligns its queries bottom-right (the last Lq of Lk positions): the
+            # first rows alone would be read as the last ones, so it computes every row.
             z, weights = self.mhsa(
                 h,
                 mask=mask,
@@ -143,6 +145,9 @@ class EncoderBlock(nn.Module):
                 positions=positions,
                 need_weights=need_weights,
             )
+            if queries is not None:
+                z, x = z[:, :queries], x[:, :queries]
+                weights = None if weights is None else weights[..., :queries, :]
         else:
             z, weights = self.mhsa(
                 h[:, :queries],
