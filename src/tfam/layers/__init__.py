@@ -26,6 +26,7 @@ from tfam.layers.position import (
     sincos_2d_table,
     sinusoidal_table,
 )
+from tfam.layers.sparse import BlockSparseKernel, LongformerKernel, sparse_attention
 from tfam.layers.stages import PatchMerging, Stage, StageSpec, StageStack
 from tfam.layers.windows import TokenPartition, WindowPartition
 
@@ -38,6 +39,7 @@ __all__ = [
     "build_position",
     "alibi_slopes",
     "AttentionKernel",
+    "BlockSparseKernel",
     "ChunkedKernel",
     "CrossKV",
     "DecoderBlock",
@@ -47,6 +49,7 @@ __all__ = [
     "KVCache",
     "LayerCache",
     "LayerNorm",
+    "LongformerKernel",
     "MultiHeadAttention",
     "PatchEmbed",
     "PatchMerging",
@@ -67,6 +70,7 @@ __all__ = [
     "padding_mask",
     "resample_pos_embed",
     "sdpa_attention",
+    "sparse_attention",
     "sincos_2d_table",
     "sinusoidal_table",
     "window_mask",
