@@ -328,3 +328,16 @@ def test_registered_with_json_options():
     )
     assert config.attention_options == {"window": 256, "global_tokens": [0, 3]}
     assert tfam.config.BaseConfig.from_json(config.to_json()) == config
+
+
+@pytest.mark.parametrize(
+    "name,options", [("longformer", {"window": 4}), ("block_sparse", {"block": 4})]
+)
+def test_explain_traces_them_on_the_meta_device(name, options):
+    """explain runs the kernel on meta tensors: the plan is built on the CPU, nothing reads a
+    tensor's value during the forward."""
+    table = tfam.explain(
+        "gpt", attention=name, attention_options=options, dim=16, heads=2, depth=1,
+        vocab_size=20, max_positions=64,
+    )  # fmt: skip
+    assert "MHSA" in str(table)

@@ -35,26 +35,69 @@ from tfam.layers.masks import window_mask
 
 @dataclasses.dataclass(frozen=True)
 class _Plan:
-    """Which keys each query block gathers (built once per (Lq, Lk, causal, device)).
+    """Which keys each query block gathers, built once per (Lq, Lk, causal, device).
 
     ``q_idx`` (nQ, c): the query in each slot of each query block, -1 for none;
     ``k_idx`` (nQ, S): the key in each gathered slot, -1 for none (outside the keys or a
     duplicate); ``slot`` (Lq,): where each query sits in the flattened (nQ * c) slots;
     ``band``: a gathered key counts only within ``band`` positions of the query (Longformer)
     or always (None: BigBird's blocks); ``cols`` (g,): global keys every query sees;
-    ``rows`` (G,): global queries, which see every key."""
+    ``rows`` (G,): global queries, which see every key. :func:`_plan` adds the rest."""
 
+    lq: int
+    lk: int
+    causal: bool
     q_idx: Tensor
     k_idx: Tensor
     slot: Tensor
     band: int | None
     cols: Tensor
     rows: Tensor
+    # Filled by _plan: the keys of the union (nQ, S + g) (band or blocks, then the global
+    # keys), whether the pattern and causal allow each (nQ, c, S + g) and its negation, and
+    # which query slots have none (nQ, c, 1).
+    keys: Tensor | None = None
+    ok: Tensor | None = None
+    forbid: Tensor | None = None
+    empty: Tensor | None = None
+    has_empty: bool = True
 
-    def held(self, lk: int) -> int:
+    def held(self) -> int:
         """Score elements the forward holds: the blocks' (c, S + g) and the rows' (G, Lk)."""
         n_q, c = self.q_idx.shape
-        return n_q * c * (self.k_idx.shape[1] + self.cols.numel()) + self.rows.numel() * lk
+        return n_q * c * (self.k_idx.shape[1] + self.cols.numel()) + self.rows.numel() * self.lk
+
+
+def _plan(p: _Plan, device: Any) -> _Plan:
+    """``p`` on ``device`` with its union's keys and the pattern's allowed slots: a key in
+    the band (or a gathered block), or a global key not already in the band, so the softmax
+    counts each key once; causal ANDed."""
+    n_q = p.q_idx.shape[0]
+    keys = torch.cat([p.k_idx, p.cols.expand(n_q, -1)], dim=1)
+    pos = p.q_idx + (p.lk - p.lq)  # query i sits at position i + Lk - Lq (bottom-right)
+    dist = pos[:, :, None] - keys[:, None, :]  # (nQ, c, S + g)
+    ok = (p.q_idx >= 0)[:, :, None] & (keys >= 0)[:, None, :]
+    if p.band is not None:
+        width = p.k_idx.shape[1]
+        near = dist.abs() <= p.band  # Longformer: |i' - j| <= w
+        ok[:, :, :width] &= near[:, :, :width]
+        ok[:, :, width:] &= ~near[:, :, width:]  # global keys in the band: counted there
+    if p.causal:
+        ok = ok & (dist >= 0)
+    moved = {
+        f.name: getattr(p, f.name).to(device)
+        for f in dataclasses.fields(p)
+        if isinstance(getattr(p, f.name), Tensor)
+    }
+    return dataclasses.replace(
+        p,
+        **moved,
+        keys=keys.clamp(min=0).to(device),
+        ok=ok.to(device),
+        forbid=(~ok).to(device),
+        empty=(~ok.any(-1, keepdim=True)).to(device),
+        has_empty=not bool(ok.any(-1).all()),
+    )
 
 
 def _as_4d(t: Tensor) -> Tensor:
@@ -79,24 +122,6 @@ def _rows(t: Tensor, rows: Tensor) -> Tensor:
     return t if t.shape[2] == 1 else t[:, :, rows]
 
 
-def _masked_scores(
-    s: Tensor,
-    ok: Tensor,
-    mask: Tensor | None,
-    bias: Tensor | None,
-    qi: Tensor,
-    kj: Tensor,
-    acc: torch.dtype,
-) -> Tensor:
-    """Scores ``s`` (B, H, nQ, c, S) in ``acc`` with the bias added and -inf wherever the
-    pattern (``ok``, (nQ, c, S)) or the caller's mask forbids the key."""
-    s = s.to(acc)
-    if bias is not None:
-        s = s + _pick(bias, qi, kj).to(acc)
-    keep = ok if mask is None else ok & _pick(mask, qi, kj)
-    return s.masked_fill(~keep, float("-inf"))
-
-
 def sparse_attention(
     q: Tensor,
     k: Tensor,
@@ -104,70 +129,58 @@ def sparse_attention(
     plan: _Plan,
     mask: Tensor | None = None,
     bias: Tensor | None = None,
-    is_causal: bool = False,
     dropout_p: float = 0.0,
     scale: float | None = None,
     need_weights: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """softmax(scale Q K^T + bias) V over the keys ``plan`` gathers for each query (see the
-    module); out (B, H, Lq, Dh_v) and, with ``need_weights``, the dense weights (B, H, Lq, Lk)."""
+    module; causal is the plan's); out (B, H, Lq, Dh_v) and, with ``need_weights``, the dense
+    weights (B, H, Lq, Lk)."""
     _check_mask(mask)
     b, h, lq, dh = q.shape
     lk = k.shape[-2]
-    off = lk - lq  # query i sits at position i + off (bottom-right)
+    if (lq, lk) != (plan.lq, plan.lk):
+        raise ValueError(f"the plan is for (Lq, Lk) = {(plan.lq, plan.lk)}, got {(lq, lk)}")
     scale = dh**-0.5 if scale is None else scale
     acc = torch.promote_types(q.dtype, torch.float32)
-    q_ok, k_ok = plan.q_idx >= 0, plan.k_idx >= 0
-    qi, kj = plan.q_idx.clamp(min=0), plan.k_idx.clamp(min=0)
-    pos = qi + off  # (nQ, c)
+    qi, keys = plan.q_idx.clamp(min=0), plan.keys
     qs = (q * scale)[:, :, qi]  # (B, H, nQ, c, Dh): Q scaled first, as math does
-    # The gathered keys: S per query block.
-    dist = pos[:, :, None] - kj[:, None, :]  # (nQ, c, S) query position - key position
-    ok = q_ok[:, :, None] & k_ok[:, None, :]
-    if plan.band is not None:
-        ok = ok & (dist.abs() <= plan.band)  # Longformer: |i' - j| <= w
-    if is_causal:
-        ok = ok & (dist >= 0)
-    scores = torch.matmul(qs, k[:, :, kj].transpose(-2, -1))  # (B, H, nQ, c, S)
-    scores = _masked_scores(scores, ok, mask, bias, qi[:, :, None], kj[:, None, :], acc)
-    cols = plan.cols
-    if cols.numel():
-        # Global keys, for every query; those already in the query's band are masked here so
-        # the softmax counts each key once.
-        dist_g = pos[:, :, None] - cols
-        ok_g = q_ok[:, :, None] & (dist_g.abs() > plan.band)
-        if is_causal:
-            ok_g = ok_g & (dist_g >= 0)
-        s_g = torch.matmul(qs, k[:, :, cols].transpose(-2, -1).unsqueeze(2))  # (B, H, nQ, c, g)
-        s_g = _masked_scores(s_g, ok_g, mask, bias, qi[:, :, None], cols.view(1, 1, -1), acc)
-        scores = torch.cat([scores, s_g], dim=-1)
+    # Each query block gathers its keys: the band (or blocks), then the global keys.
+    scores = torch.matmul(qs, k[:, :, keys].transpose(-2, -1)).to(acc)  # (B, H, nQ, c, S + g)
+    if bias is not None:
+        scores = scores + _pick(bias, qi[:, :, None], keys[:, None, :]).to(acc)
+    if mask is None:
+        scores = scores.masked_fill(plan.forbid, float("-inf"))
+    else:
+        keep = plan.ok & _pick(mask, qi[:, :, None], keys[:, None, :])
+        scores = scores.masked_fill(~keep, float("-inf"))
     # One softmax over the union; a row with no finite score is zero (as in math).
-    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
-    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+    if bias is not None:
+        dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    elif mask is not None:
+        dead = ~keep.any(dim=-1, keepdim=True)
+    else:  # only the pattern: the plan knows (most plans have no empty slot)
+        dead = plan.empty if plan.has_empty else None
+    if dead is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
     weights = weights.to(q.dtype)
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    width = kj.shape[-1]
-    out = torch.matmul(attn[..., :width], v[:, :, kj])  # (B, H, nQ, c, Dh)
-    if cols.numel():
-        out = out + torch.matmul(attn[..., width:], v[:, :, cols].unsqueeze(2))
+    out = torch.matmul(attn, v[:, :, keys])  # (B, H, nQ, c, Dh)
     out = out.flatten(2, 3).index_select(2, plan.slot)  # (B, H, Lq, Dh)
     dense = None
     if need_weights:
         n_q, c = qi.shape
         dense = weights.new_zeros(b, h, n_q, c, lk)
-        dense = dense.scatter_add(
-            -1, kj[:, None, :].expand(b, h, n_q, c, width), weights[..., :width]
-        )
-        if cols.numel():
-            g = cols.numel()
-            dense = dense.scatter_add(-1, cols.expand(b, h, n_q, c, g), weights[..., width:])
-        dense = dense.flatten(2, 3).index_select(2, plan.slot)
+        index = keys[:, None, :].expand(b, h, n_q, c, keys.shape[-1])
+        dense = dense.scatter_add(-1, index, weights).flatten(2, 3).index_select(2, plan.slot)
     rows = plan.rows
     if rows.numel():
         # Global queries see every key: (G, Lk) scores, written over their blocked rows.
         row_mask = None if mask is None else _rows(mask, rows)
-        if is_causal:
-            causal = torch.arange(lk, device=q.device) <= (rows + off)[:, None]
+        if plan.causal:
+            causal = torch.arange(lk, device=q.device) <= (rows + lk - lq)[:, None]
             row_mask = causal if row_mask is None else row_mask & causal
         row_bias = None if bias is None else _rows(bias, rows)
         out_g, w_g = math_attention(
@@ -189,21 +202,12 @@ class _PatternKernel(AttentionKernel, register=False):
         self._plans: dict[tuple[int, int, bool, str], _Plan] = {}
 
     def plan(self, lq: int, lk: int, causal: bool, device: Any = None) -> _Plan:
+        """The blocked layout for ``lq`` queries over ``lk`` keys (cached per device)."""
         key = (lq, lk, causal, str(torch.device("cpu") if device is None else device))
         if key not in self._plans:
             if len(self._plans) >= 32:
                 self._plans.clear()
-            plan = self.make_plan(lq, lk, causal)
-            self._plans[key] = _Plan(
-                **{
-                    f.name: (
-                        getattr(plan, f.name).to(device)
-                        if isinstance(getattr(plan, f.name), Tensor)
-                        else getattr(plan, f.name)
-                    )
-                    for f in dataclasses.fields(_Plan)
-                }
-            )
+            self._plans[key] = _plan(self.make_plan(lq, lk, causal), device)
         return self._plans[key]
 
     def make_plan(self, lq: int, lk: int, causal: bool) -> _Plan:
@@ -212,7 +216,7 @@ class _PatternKernel(AttentionKernel, register=False):
     def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
         """What the blocks compute: every gathered score (masked ones included), 4 Dh flops
         each (the score and its share of the weighted sum of values)."""
-        held = self.plan(lq, lk, is_causal).held(lk)
+        held = self.plan(lq, lk, is_causal).held()
         return AttentionCost(flops=4.0 * held * head_dim, score_elements=held)
 
     def attend(
@@ -228,9 +232,7 @@ class _PatternKernel(AttentionKernel, register=False):
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         plan = self.plan(q.shape[-2], k.shape[-2], is_causal, q.device)
-        return sparse_attention(
-            q, k, v, plan, mask, bias, is_causal, dropout_p, scale, need_weights
-        )
+        return sparse_attention(q, k, v, plan, mask, bias, dropout_p, scale, need_weights)
 
 
 # Longformer's smallest query block (rows per block); tests lower it to make many blocks.
@@ -306,6 +308,9 @@ class LongformerKernel(_PatternKernel):
         start = (torch.arange(n_q) * c + off - w).clamp(0, lk - span)
         glob = self.options.global_tokens
         return _Plan(
+            lq=lq,
+            lk=lk,
+            causal=causal,
             q_idx=q_idx,
             k_idx=start[:, None] + torch.arange(span),
             slot=torch.arange(lq),
@@ -434,6 +439,9 @@ class BlockSparseKernel(_PatternKernel):
         global_pos = torch.arange(min(self.options.global_blocks * bs, lk))
         rows = global_pos - off
         return _Plan(
+            lq=lq,
+            lk=lk,
+            causal=causal,
             q_idx=q_idx,
             k_idx=keys,
             slot=slot,
