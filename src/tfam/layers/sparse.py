@@ -4,10 +4,10 @@ block-sparse pattern (window, global and random blocks).
 Both equal ``math`` under their own sparsity pattern (``pattern_mask``) ANDed with the
 caller's mask, and neither forms the (Lq, Lk) scores. The queries are cut into blocks; each
 query block gathers the keys its pattern may reach (a band of keys for Longformer, a list of
-key blocks for BigBird), and global keys are gathered once for every query. One softmax runs
-over the union, each key counted once: a global key that already lies in a query's band is
-masked in the global part. Global queries see every key; their rows are computed apart,
-(G, Lk) at a time, and replace the blocked ones. So per head:
+key blocks for BigBird) followed by the global keys, and one softmax runs over that union,
+each key counted once: a global key that already lies in a query's band is masked in the
+global part. Global queries see every key; their rows are computed apart, (G, Lk) at a time,
+and replace the blocked ones. So per head:
 
     q: (B, H, Lq, Dh)   k, v: (B, H, Lk, Dh)
     mask: bool, broadcastable to (B, H, Lq, Lk), True = may attend (picked at the gathered keys)
@@ -22,6 +22,7 @@ as causal is: query i is at position i + Lk - Lq.
 from __future__ import annotations
 
 import dataclasses
+from abc import abstractmethod
 from typing import Any
 
 import torch
@@ -74,9 +75,11 @@ def _plan(p: _Plan, device: Any) -> _Plan:
     counts each key once; causal ANDed."""
     n_q = p.q_idx.shape[0]
     keys = torch.cat([p.k_idx, p.cols.expand(n_q, -1)], dim=1)
-    pos = p.q_idx + (p.lk - p.lq)  # query i sits at position i + Lk - Lq (bottom-right)
-    dist = pos[:, :, None] - keys[:, None, :]  # (nQ, c, S + g)
     ok = (p.q_idx >= 0)[:, :, None] & (keys >= 0)[:, None, :]
+    if p.band is not None or p.causal:
+        # Query position - key position (nQ, c, S + g); int32 halves this transient's memory.
+        pos = (p.q_idx + (p.lk - p.lq)).int()  # query i sits at i + Lk - Lq (bottom-right)
+        dist = pos[:, :, None] - keys.int()[:, None, :]
     if p.band is not None:
         width = p.k_idx.shape[1]
         near = dist.abs() <= p.band  # Longformer: |i' - j| <= w
@@ -210,8 +213,9 @@ class _PatternKernel(AttentionKernel, register=False):
             self._plans[key] = _plan(self.make_plan(lq, lk, causal), device)
         return self._plans[key]
 
+    @abstractmethod
     def make_plan(self, lq: int, lk: int, causal: bool) -> _Plan:
-        raise NotImplementedError
+        """The kernel's layout: its query blocks, gathered keys, global keys and rows."""
 
     def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
         """What the blocks compute: every gathered score (masked ones included), 4 Dh flops
