@@ -27,6 +27,7 @@ from tfam.layers.position import (
     sincos_2d_table,
     sinusoidal_table,
 )
+from tfam.layers.sparse import BlockSparseKernel, LongformerKernel, sparse_attention
 from tfam.layers.stages import PatchMerging, Stage, StageSpec, StageStack
 from tfam.layers.windows import TokenPartition, WindowPartition
 
@@ -39,6 +40,7 @@ __all__ = [
     "build_position",
     "alibi_slopes",
     "AttentionKernel",
+    "BlockSparseKernel",
     "ChunkedKernel",
     "CrossKV",
     "DecoderBlock",
@@ -49,6 +51,7 @@ __all__ = [
     "LayerCache",
     "LayerNorm",
     "LocalKernel",
+    "LongformerKernel",
     "MultiHeadAttention",
     "PatchEmbed",
     "PatchMerging",
@@ -70,6 +73,7 @@ __all__ = [
     "padding_mask",
     "resample_pos_embed",
     "sdpa_attention",
+    "sparse_attention",
     "sincos_2d_table",
     "sinusoidal_table",
     "window_mask",
