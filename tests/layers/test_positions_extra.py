@@ -59,12 +59,22 @@ def test_bucket_equals_hugging_face_t5(buckets, distance, bidirectional):
 
 
 @pytest.mark.parametrize("decoder", [False, True])
-@pytest.mark.parametrize("lq,lk,past", [(7, 7, 0), (150, 150, 0), (1, 140, 139), (3, 200, 197)])
-def test_bias_equals_hugging_face_t5_compute_bias(decoder, lq, lk, past):
+@pytest.mark.parametrize(
+    "lq,lk,past,buckets,distance",
+    [
+        (7, 7, 0, 32, 128),
+        (150, 150, 0, 32, 128),
+        (1, 140, 139, 32, 128),
+        (3, 200, 197, 32, 128),
+        (50, 50, 0, 16, 40),
+        (2, 60, 58, 8, 20),
+    ],
+)
+def test_bias_equals_hugging_face_t5_compute_bias(decoder, lq, lk, past, buckets, distance):
     """The table copied from T5's ``relative_attention_bias``: every (head, query, key) entry
     equal in float64, full-length and cached (queries after ``past`` keys), past max_distance."""
-    hf = hf_t5_attention(heads=3, buckets=32, distance=128, decoder=decoder)
-    ours = T5RelativeBias(3, 32, 128, bidirectional=not decoder).double()
+    hf = hf_t5_attention(heads=3, buckets=buckets, distance=distance, decoder=decoder)
+    ours = T5RelativeBias(3, buckets, distance, bidirectional=not decoder).double()
     with torch.no_grad():
         ours.weight.copy_(hf.relative_attention_bias.weight)
     with torch.no_grad():
@@ -103,6 +113,11 @@ def test_bias_is_a_function_of_j_minus_i(rng, bidirectional):
     assert torch.equal(base[:, 1:, 1:], base[:, :-1, :-1])
     # Bidirectional: the future has buckets of its own; causal: it shares bucket 0.
     assert torch.equal(base[:, 0, 6], base[:, 0, 5]) != bidirectional  # j - i = +1 vs 0
+
+
+def test_max_distance_must_pass_the_exact_buckets():
+    with pytest.raises(ValueError, match=r"^max_distance=16 is invalid with num_buckets=32"):
+        T5RelativeBias(2, 32, 16)
 
 
 def test_the_stack_says_whether_it_is_causal():

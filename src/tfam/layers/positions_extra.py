@@ -77,6 +77,12 @@ class T5RelativeBias(nn.Module):
         std: float = 1.0,
     ) -> None:
         super().__init__()
+        if max_distance <= num_buckets // 2:
+            raise ValueError(
+                f"max_distance={max_distance} is invalid with num_buckets={num_buckets}: the "
+                f"log-spaced buckets start past the exact ones, so expected max_distance > "
+                f"{num_buckets // 2}"
+            )
         self.heads, self.num_buckets, self.max_distance = heads, num_buckets, max_distance
         self.bidirectional = bidirectional
         # (num_buckets, H), as Hugging Face's T5 stores it (an nn.Embedding's weight).
