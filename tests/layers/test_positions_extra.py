@@ -128,6 +128,9 @@ def test_the_stack_says_whether_it_is_causal():
     gpt = tfam.create_model("gpt", dim=8, heads=2, depth=2, vocab_size=11, position="relative")
     assert gpt.stack.bias_provider.bidirectional is False
     assert "stack.bias_provider.weight" in gpt.state_dict()
+    from tfam.training.optim import split_decay
+
+    assert "stack.bias_provider.weight" in split_decay(gpt)[1]  # no weight decay, as pos_embed
     # One table for the stack, shared by its blocks: H x num_buckets parameters in all.
     assert (
         gpt.num_parameters()

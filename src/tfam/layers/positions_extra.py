@@ -94,6 +94,10 @@ class T5RelativeBias(nn.Module):
         buckets = relative_position_bucket(span, bidirectional, num_buckets, max_distance)
         self.register_buffer("buckets", buckets, persistent=False)
 
+    def no_weight_decay(self) -> set[str]:
+        """A position table, as ``pos_embed``: AdamW's weight decay leaves it alone."""
+        return {"weight"}
+
     def forward(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         far = self.max_distance
         relative = k_pos[None, :] - q_pos[:, None]  # (Lq, Lk): j - i, memory minus query
