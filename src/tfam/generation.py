@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from tfam.layers.cache import StackCache
+from tfam.layers.position import PositionScheme
 
 
 @dataclass
@@ -150,6 +151,14 @@ class GenerationMixin(ABC):
         last ``window`` tokens at each step."""
         return None
 
+    def decodes_from_cache(self) -> bool:
+        """Whether a KV cache can continue this model's decoding: False when one of its
+        position schemes reads the tokens before the new ones (``incremental = False``, a
+        recurrent position network); ``generate`` then re-encodes the sequence at every step,
+        as with ``use_cache=False``."""
+        modules = self.modules() if isinstance(self, torch.nn.Module) else ()
+        return all(m.incremental for m in modules if isinstance(m, PositionScheme))
+
     def decoding_context(self) -> AbstractContextManager[None]:
         """Entered around the whole of one ``generate`` call (a family may lay its weights out
         for decoding there); the default does nothing."""
@@ -199,6 +208,7 @@ class GenerationMixin(ABC):
         )
         pad = self._special("pad_token_id", pad_token_id)
         pad = pad if pad is not None else (eos_ids[0] if eos_ids else 0)
+        use_cache = use_cache and self.decodes_from_cache()
         was_training = getattr(self, "training", False)
         self.eval()  # type: ignore[attr-defined]
         try:

@@ -157,9 +157,11 @@ def test_every_registered_scheme_declares_how_it_acts():
 def test_family_position_lists_are_derived_from_the_registry():
     from tfam.models import BertConfig, GPTConfig, TransformerConfig, ViTConfig
 
-    assert ViTConfig.position_names() == ("learned", "sincos2d", "none")
-    assert GPTConfig.position_names() == ("learned", "sinusoidal", "rope", "alibi", "none")
-    assert TransformerConfig.position_names() == ("learned", "sinusoidal")
+    assert ViTConfig.position_names() == ("learned", "sincos2d", "none", "generated")
+    assert GPTConfig.position_names() == (
+        "learned", "sinusoidal", "rope", "alibi", "none", "relative", "generated"
+    )  # fmt: skip
+    assert TransformerConfig.position_names() == ("learned", "sinusoidal", "generated")
     assert BertConfig.position_names() == ("learned",)
     with pytest.raises(ValueError, match=r"position='rope' is invalid: expected one of 'learned'"):
         ViTConfig(dim=16, heads=2, image_size=4, patch_size=2, position="rope")

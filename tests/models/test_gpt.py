@@ -26,7 +26,7 @@ IDS = torch.tensor([[0, 0, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6]])
 MASK = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
 
 
-@pytest.mark.parametrize("position", ["learned", "rope", "alibi", "none"])
+@pytest.mark.parametrize("position", ["learned", "rope", "alibi", "none", "relative", "generated"])
 def test_left_padding_and_cache_for_every_position_kind(position: str):
     model = tiny(position)
     with torch.no_grad():

@@ -14,7 +14,7 @@ from tfam.layers.position import TokenPositions
 CONTEXT = 12
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-POSITIONS = ["learned", "sinusoidal", "rope", "alibi"]
+POSITIONS = ["learned", "sinusoidal", "rope", "alibi", "relative", "generated"]
 
 
 def tiny(position: str) -> tfam.models.GPT:

@@ -128,7 +128,28 @@ def stack_rows(
     ]
     for rows in per_block:
         ex.check_symbols(rows)
-    return shown(ex, per_block, label)
+    return [*bias_rows(ex, stack, L, label), *shown(ex, per_block, label)]
+
+
+def bias_rows(ex: Explainer, stack: TransformerStack, L: str, label: str = "") -> list[ExplainRow]:
+    """The stack's shared score bias (ALiBi, T5's relative bias), when it has one: computed
+    once per forward as (H, L, L) from the positions and added to the self-attention scores of
+    every block (those adds are counted here, 1 per score of each sample and block)."""
+    provider = stack.bias_provider
+    if provider is None or not stack.blocks:
+        return []
+    t = ex.trace
+    b = t.call(stack.blocks[0]).inputs[0][0]
+    heads, lq, lk = t.call(provider).output
+    depth = len(stack.blocks)
+    return [
+        ExplainRow(f"{label}position bias", (b, lq, lk), (b, heads, lq, lk), f"{L} x {L}",
+                   f"H x {L} x {L}", ex.claim(f"{label}position bias", provider),
+                   depth * b * heads * lq * lk,
+                   note="a bias per head from each query-key distance j - i, computed once "
+                   f"per forward and added to the self-attention scores of all {depth} "
+                   f"block{'' if depth == 1 else 's'} ({type(provider).__name__})"),
+    ]  # fmt: skip
 
 
 def shown(ex: Explainer, per_block: list[list[ExplainRow]], label: str) -> list[ExplainRow]:

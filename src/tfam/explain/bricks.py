@@ -67,6 +67,33 @@ class Explainer:
                     )
 
 
+# A GRU step per hidden unit besides its matmuls: two sigmoids (negate, exp, add, divide), a
+# tanh, and r * (W_hn h + b), + (W_in x + b), 1 - z, (1 - z) * n, z * h and their sum.
+GRU_UNIT_FLOPS = 2 * 4 + FLOPS_PER_ELEMENT["tanh"] + 6
+
+
+def position_network_flops(ex: Explainer, scheme: nn.Module) -> int:
+    """FLOPs of the network a position scheme runs to make what it adds (generated
+    positions: a depth-wise convolution, a GRU and its projection), from the traced calls;
+    0 for a table. The add itself is the caller's (1 per element)."""
+    flops = 0
+    for module in scheme.modules():
+        if isinstance(module, nn.Conv2d):
+            out = ex.trace.call(module).output  # (B, D, gh, gw)
+            per_output = module.weight[0].numel()  # (in / groups) * kh * kw
+            flops += 2 * per_output * numel(out) + (numel(out) if module.bias is not None else 0)
+        elif isinstance(module, nn.GRU):
+            tokens = numel(ex.trace.call(module).inputs[0][:-1])  # B * L
+            h, x = module.hidden_size, module.input_size
+            for layer in range(module.num_layers):
+                width = x if layer == 0 else h
+                # r, z, n: (W_i x + b_i) and (W_h h + b_h), three gates each.
+                flops += tokens * (2 * 3 * h * (width + h) + 2 * 3 * h + GRU_UNIT_FLOPS * h)
+        elif isinstance(module, nn.Linear):
+            flops += linear_flops(module, ex.trace.call(module).inputs[0])
+    return flops
+
+
 def norm_row(ex: Explainer, norm: nn.Module, block: str, step: str, L: str) -> ExplainRow:
     call = ex.trace.call(norm)
     kind = "RMSNorm" if isinstance(norm, nn.RMSNorm) else "LayerNorm"

@@ -27,6 +27,12 @@ from tfam.layers.position import (
     sincos_2d_table,
     sinusoidal_table,
 )
+from tfam.layers.positions_extra import (
+    GeneratedPosition,
+    RelativePosition,
+    T5RelativeBias,
+    relative_position_bucket,
+)
 from tfam.layers.sparse import BlockSparseKernel, LongformerKernel, sparse_attention
 from tfam.layers.stages import PatchMerging, Stage, StageSpec, StageStack
 from tfam.layers.windows import TokenPartition, WindowPartition
@@ -47,6 +53,7 @@ __all__ = [
     "DropPath",
     "EncoderBlock",
     "FeedForward",
+    "GeneratedPosition",
     "KVCache",
     "LayerCache",
     "LayerNorm",
@@ -56,10 +63,12 @@ __all__ = [
     "PatchEmbed",
     "PatchMerging",
     "RMSNorm",
+    "RelativePosition",
     "StackCache",
     "Stage",
     "StageSpec",
     "StageStack",
+    "T5RelativeBias",
     "TokenPartition",
     "TransformerStack",
     "build_kernel",
@@ -71,6 +80,7 @@ __all__ = [
     "math_attention",
     "pad_token_mask",
     "padding_mask",
+    "relative_position_bucket",
     "resample_pos_embed",
     "sdpa_attention",
     "sparse_attention",

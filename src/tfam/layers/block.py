@@ -270,7 +270,7 @@ class TransformerStack(nn.Module):
         self.blocks = nn.ModuleList(block(config, drop_path=rate) for rate in rates)
         # Positions that act inside attention are wired here, once for every family.
         scheme = build_position(config)
-        self.bias_provider: nn.Module | None = scheme.score_bias()
+        self.bias_provider: nn.Module | None = scheme.score_bias(causal=self.causal)
         for blk in self.blocks:  # self-attention only: cross-attention keys are the source's
             blk.mhsa.qk_transform = scheme.qk_transform()
 

@@ -249,6 +249,9 @@ class PositionScheme(nn.Module):
     acts: ClassVar[str] = "none"
     domain: ClassVar[str] = "any"
     learned: ClassVar[bool] = False
+    # False: what it adds to new tokens reads the tokens before them (a recurrent network), so
+    # decoding cannot continue from a KV cache and generate re-encodes at every step.
+    incremental: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -308,8 +311,10 @@ class PositionScheme(nn.Module):
         """A new Q/K transform for one self-attention (see ``QKTransform``), or None."""
         return None
 
-    def score_bias(self) -> nn.Module | None:
-        """A bias provider ``(q_pos (Lq,), k_pos (Lk,)) -> (H, Lq, Lk)``, or None."""
+    def score_bias(self, causal: bool = False) -> nn.Module | None:
+        """A bias provider ``(q_pos (Lq,), k_pos (Lk,)) -> (H, Lq, Lk)``, or None. ``causal``:
+        the stack masks the keys after each query (a directional bias, T5's, spends its
+        buckets on the past only)."""
         return None
 
     def describe(self) -> str:
@@ -495,8 +500,8 @@ class AlibiPosition(PositionScheme):
     acts = "scores"
     domain = "sequence"
 
-    def score_bias(self) -> nn.Module:
-        return ALiBi(self.heads)
+    def score_bias(self, causal: bool = False) -> nn.Module:
+        return ALiBi(self.heads)  # symmetric in i - j: the same for a causal stack
 
     def describe(self) -> str:
         return (

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from tfam.explain.api import FamilyExplainer, register_family
-from tfam.explain.bricks import Explainer, brick_symbols, norm_row
+from tfam.explain.bricks import Explainer, brick_symbols, norm_row, position_network_flops
 from tfam.explain.table import ExplainRow
 from tfam.explain.trace import is_identity, linear_flops, numel
 from tfam.models.gpt import GPT
@@ -46,7 +46,8 @@ class GPTExplainer(FamilyExplainer):
         if m.position.acts == "tokens":
             rows.append(
                 ExplainRow("+ position", out, out, "L x D", "L x D",
-                           ex.claim("+ position", m.pos_embed), numel(out),
+                           ex.claim("+ position", m.pos_embed, m.position),
+                           numel(out) + position_network_flops(ex, m.position),
                            note=m.position.describe()),
             )  # fmt: skip
         return rows

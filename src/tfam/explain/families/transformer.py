@@ -16,7 +16,7 @@ from torch import nn
 
 from tfam.explain.api import FamilyExplainer, register_family
 from tfam.explain.blocks import stack_rows
-from tfam.explain.bricks import Explainer, brick_symbols, norm_row
+from tfam.explain.bricks import Explainer, brick_symbols, norm_row, position_network_flops
 from tfam.explain.table import ExplainRow
 from tfam.explain.trace import is_identity, linear_flops, numel
 from tfam.models.transformer import Transformer
@@ -54,7 +54,8 @@ class TransformerExplainer(FamilyExplainer):
         )  # fmt: skip
         position = ExplainRow(
             f"+ position ({side})", out, out, f"{L} x D", f"{L} x D",
-            ex.claim(f"{side} position", embed.pos_embed), numel(out),
+            ex.claim(f"{side} position", embed.pos_embed, embed.position),
+            numel(out) + position_network_flops(ex, embed.position),
             note=f"{embed.position.describe()}, positions 0..{L}-1",
         )  # fmt: skip
         return [lookup, position]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from tfam.explain.api import FamilyExplainer, register_family
-from tfam.explain.bricks import Explainer, brick_symbols, norm_row
+from tfam.explain.bricks import Explainer, brick_symbols, norm_row, position_network_flops
 from tfam.explain.table import FLOPS_PER_ELEMENT, ExplainRow
 from tfam.explain.trace import is_identity, linear_flops, numel
 from tfam.models.base import TfamModel
@@ -81,7 +81,8 @@ class ViTExplainer(FamilyExplainer):
         if m.position.acts == "tokens":
             rows.append(
                 ExplainRow("+ position", tokens, tokens, f"{L} x D", f"{L} x D",
-                           ex.claim("+ position", m.pos_embed), numel(tokens),
+                           ex.claim("+ position", m.pos_embed, m.position),
+                           numel(tokens) + position_network_flops(ex, m.position),
                            note=m.position.describe()),
             )  # fmt: skip
         return rows
