@@ -506,6 +506,11 @@ class MathKernel(AttentionKernel):
         elif name == "scale":
             check_choice("attention_options.scale", value, SCALES)
 
+    def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
+        """Every (query, key) pair, causal or not: the formula forms all Lq x Lk scores and
+        masks them after (what explain has always counted for it)."""
+        return AttentionCost(flops=4.0 * lq * lk * head_dim, score_elements=lq * lk)
+
     def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
         if scale is None and self.options.scale == "model":
             # q is (B, H, Lq, Dh): the model width D is H * Dh.
