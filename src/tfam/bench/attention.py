@@ -244,7 +244,7 @@ def _rows(points: Sequence[Point]) -> list[tuple[str, ...]]:
             _num(p.ms_slope, 2),
             _num(p.peak_mb, 1),
             _num(p.mb_slope, 2),
-            _num(p.estimate_mb, 1),
+            _num(p.estimate_mb, 2),
             str(p.calls),
             p.status,
         )
@@ -356,12 +356,15 @@ Launch = Callable[[BenchSpec, str, int, float], Point]
 def run_sweep(
     spec: BenchSpec,
     on_point: Callable[[Point, int, int], None] | None = None,
-    launch: Launch = run_point,
-    free: Callable[[str], int | None] = available_bytes,
+    launch: Launch | None = None,
+    free: Callable[[str], int | None] | None = None,
 ) -> list[Point]:
     """Every kernel at every length (shortest first, the kernels side by side), each point by
     ``launch`` (a child process) unless skipped; ``on_point(point, i, n)`` after each of the n
-    points. Returns the points, kernel by kernel, with their slopes."""
+    points; ``free(device)`` the bytes free (default :func:`available_bytes`), asked before
+    each point. Returns the points, kernel by kernel, with their slopes."""
+    launch = launch or run_point
+    free = free or available_bytes
     points: list[Point] = []
     stopped: dict[str, Point] = {}  # kernel -> its point that ran out of time or memory
     total = len(spec.kernels) * len(spec.lengths)
