@@ -1,6 +1,7 @@
 """Layering is a test: no import cycle anywhere in src/tfam, and imports point one way.
 
     config, fileio  <-  layers, data  <-  generation  <-  models  <-  training, interop, viz, explain  <-  cli
+                        layers  <-  bench  <-  cli   (the complexity lab: kernels only)
 
 (generation sits below models because ``model.generate`` is a method of the model; see
 docs/architecture.md.)
@@ -31,6 +32,8 @@ ALLOWED: dict[str, set[str]] = {
     "interop": {"config", "fileio", "layers", "models", "data"},  # data: the MiniLM's files
     "viz": {"config", "fileio", "layers", "models", "data"},
     "explain": {"config", "fileio", "layers", "models"},
+    # The complexity lab (tfam bench): attention kernels and their cost(), beside explain.
+    "bench": {"config", "fileio", "layers"},
     # Run directories: config, model, tokenizer, labels, task; below the command line.
     "runs": {"config", "fileio", "layers", "data", "models", "generation", "training", "interop"},
     "cli": {
@@ -44,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
         "interop",
         "viz",
         "explain",
+        "bench",
         "runs",
         "__init__",
     },

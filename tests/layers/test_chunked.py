@@ -144,3 +144,27 @@ def test_never_makes_an_lq_by_lk_tensor(monkeypatch: pytest.MonkeyPatch) -> None
     # The spy saw the real computation: the result is still math's.
     ref, _ = math_attention(q.detach(), k.detach(), v.detach(), is_causal=True)
     torch.testing.assert_close(out.detach(), ref, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("lq", "lk", "bq", "bk"), [(7, 7, 3, 2), (5, 9, 2, 4), (9, 5, 4, 3)])
+def test_cost_counts_the_tiles_it_walks(lq, lk, bq, bk, causal, monkeypatch) -> None:
+    """cost() counts the pairs of the tiles the forward computes (a spy on the score matmuls)
+    and holds one tile of scores, not Lq x Lk."""
+    import tfam.layers.chunked as chunked
+
+    kernel = build_kernel("chunked", {"block_q": bq, "block_k": bk})
+    pairs: list[int] = []
+    real = chunked._tile_scores
+
+    def spy(qs, k_t, *args, **kwargs):  # noqa: ANN001, ANN202
+        pairs.append(qs.shape[-2] * k_t.shape[-2])
+        return real(qs, k_t, *args, **kwargs)
+
+    monkeypatch.setattr(chunked, "_tile_scores", spy)
+    q, k, v = _inputs(0, 1, 1, lq, lk, 4)
+    with torch.no_grad():
+        kernel(q, k, v, is_causal=causal)
+    cost = kernel.cost(lq, lk, 4, is_causal=causal)
+    assert cost.flops == 4.0 * sum(pairs) * 4
+    assert cost.score_elements == min(bq, lq) * min(bk, lk)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
 from tfam.config import BaseConfig
@@ -183,7 +184,16 @@ def attention_rows(
     lk = lk or lq
     causal = call.flags.get("is_causal", False)
     scores = (b, heads, nq, nk)
-    n_scores = numel(scores)
+    # The kernel says what it computes (AttentionKernel.cost, per head and batch row): the
+    # (query, key) pairs behind its FLOPs, 4 * pairs * Dh, and the score entries it holds at
+    # once. math forms all Lq x Lk; a causal sdpa or a local kernel fewer; a linear one O(L).
+    kernel = mha.kernel
+    cost = kernel.cost(nq, nk, dh, is_causal=causal)
+    pairs = round(cost.flops / (4 * dh))
+    n_scores = b * heads * pairs
+    # Scores are held in at least float32 (softmax's precision), for each of the B x H heads.
+    item = torch.promote_types(mha.out_proj.weight.dtype, torch.float32).itemsize
+    score_bytes = cost.score_elements * item * heads * b
     merged = ex.trace.call(mha.out_proj).inputs[0]
     scale = 1 / math.sqrt(dh)
     score_note = (
@@ -208,8 +218,13 @@ def attention_rows(
         score_note += "; causal: no weight on the keys after the query's own position"
     elif "mask" in call.kwargs:
         score_note += f"; masked: no weight on the keys the mask hides ({masked})"
-    if causal or "mask" in call.kwargs:
-        score_note += ", counted dense as the kernels compute them"
+    if pairs != nq * nk:
+        score_note += (
+            f"; attention={kernel.name!r} computes {pairs:,} of the {nq * nk:,} "
+            "(query, key) pairs per head (its cost())"
+        )
+    elif causal or "mask" in call.kwargs:
+        score_note += f", counted dense as attention={kernel.name!r} computes them"
     if cross:
         mix = "each query's output mixes the context tokens' values"
     elif causal:
@@ -241,9 +256,22 @@ def attention_rows(
     note = f"{formula} = Concat(head_1, ..., head_H) W_O with H = {heads} heads of Dh = {dh}"
     if cross:
         note += "; queries from X, keys and values from the context M"
+    note += (
+        f"; attention={kernel.name!r} holds {cost.score_elements:,} score entries per head at "
+        f"once: {_bytes(score_bytes)} for the B x H = {b} x {heads} heads"
+    )
     row = ExplainRow(step, x, out, f"{lq} x D", f"{lq} x D", params,
-                     sum(r.flops for r in subs), block, note=note)  # fmt: skip
+                     sum(r.flops for r in subs), block, note=note,
+                     score_bytes=score_bytes)  # fmt: skip
     return [row, *subs]
+
+
+def _bytes(n: int) -> str:
+    """1_048_576 -> '1.05 MB' (decimal units; bytes below 1 kB)."""
+    for factor, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if n >= factor:
+            return f"{n / factor:.2f} {unit}"
+    return f"{n} B"
 
 
 def mlp_rows(ex: Explainer, mlp: nn.Module, block: str, step: str, L: str) -> list[ExplainRow]:

@@ -44,7 +44,9 @@ class ExplainRow:
     without the batch dimension. ``params`` and ``flops`` are exact counts (FLOPs for the whole
     batch). ``level`` 0 rows add up to the totals; ``level`` 1 rows break down the level 0 row
     above them (MHSA, MLP) and are already included in it. ``block`` is the block ("1", or
-    "2..12" for the summary row), empty outside the blocks.
+    "2..12" for the summary row), empty outside the blocks. ``score_bytes`` (attention rows):
+    the bytes of the score entries the kernel holds at once (its ``cost()``), for the batch;
+    0 on other rows.
     """
 
     step: str
@@ -57,6 +59,7 @@ class ExplainRow:
     block: str = ""
     level: int = 0
     note: str = ""
+    score_bytes: int = 0
 
 
 @dataclass

@@ -646,6 +646,11 @@ class MathKernel(AttentionKernel):
         flops = dense.flops - 2.0 * pairs * head_dim + 2.0 * (lq + lk) * head_dim * da
         return AttentionCost(flops=flops + 8.0 * pairs * da, score_elements=lq * lk * da)
 
+    def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
+        """Every (query, key) pair, causal or not: the formula forms all Lq x Lk scores and
+        masks them after (what explain has always counted for it)."""
+        return AttentionCost(flops=4.0 * lq * lk * head_dim, score_elements=lq * lk)
+
     def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
         normalizer = self.options.normalizer
         if self.options.score == "additive":

@@ -6,6 +6,7 @@ training curves, confusion matrices, cross-attention alignments of an encoder–
     plot_position_similarity(model, "position.png")         # ViT paper, figure 7
     plot_curves("runs/digits/metrics.csv", "curves.png")
     plot_confusion(result.confusion, result.classes, "confusion.png")
+    plot_complexity(points, "attention.png")     # tfam bench attention: time, memory vs n
     plot_alignment(cross_attention(model, src, tgt), src_tokens, tgt_tokens, "align.png")
 
 Figures are built with ``matplotlib.figure.Figure`` and written by the Agg canvas, without pyplot:
@@ -15,6 +16,7 @@ the Figure and, given ``out``, saves it as PNG.
 
 from tfam.viz.alignment import cross_attention, plot_alignment
 from tfam.viz.attention import AttentionMaps, attention_maps, attention_rollout, plot_attention
+from tfam.viz.complexity import plot_complexity
 from tfam.viz.confusion import plot_confusion
 from tfam.viz.curves import plot_curves, read_metrics
 from tfam.viz.position import (
@@ -30,6 +32,7 @@ __all__ = [
     "cross_attention",
     "plot_alignment",
     "plot_attention",
+    "plot_complexity",
     "plot_confusion",
     "plot_curves",
     "plot_position_similarity",
