@@ -226,7 +226,6 @@ def test_top_p_and_top_k_keep_the_right_tokens():
         ({"top_p": 0}, r"top_p=0 is invalid"),
         ({"temperature": -1.0}, r"temperature=-1.0 is invalid"),
         ({"max_new_tokens": 0}, r"max_new_tokens=0 is invalid"),
-        ({"max_new_tokens": 40}, r"max_new_tokens=40 is invalid: the decoder has max_positions=32"),
         (
             {"do_sample": True, "num_beams": 2},
             r"num_beams=2 is invalid: beam search is deterministic",
@@ -238,14 +237,33 @@ def test_bad_generation_arguments_are_named(kw, message):
         tiny().generate(torch.randint(3, 23, (1, 4)), **kw)
 
 
+def test_only_a_learned_table_bounds_the_new_tokens():
+    src = torch.randint(3, 23, (1, 4))
+    with pytest.raises(
+        ValueError,
+        match=r"^max_new_tokens=40 is invalid: the decoder has max_positions=32, which bounds "
+        r"position='learned'",
+    ):
+        tiny(position="learned").generate(src, max_new_tokens=40)
+    for position in ("sinusoidal", "rope", "alibi"):
+        out = tiny(position=position).generate(src, max_new_tokens=40, eos_token_id=[])
+        assert out.shape == (1, 41), position
+
+
 def test_bad_ids_are_named():
     model = tiny()
     with pytest.raises(
         ValueError, match=r"src_ids holds ids in \[0, 23\]; expected 0 <= id < vocab_size=23"
     ):
         model(torch.tensor([[0, 23]]), torch.tensor([[1]]))
-    with pytest.raises(ValueError, match=r"needs 40 positions; this model has max_positions=32"):
-        model(torch.randint(3, 23, (1, 40)), torch.tensor([[1]]))
+    # Only a learned table bounds the length (sinusoids, the default, run past it).
+    with pytest.raises(
+        ValueError,
+        match=r"^the source of 40 tokens is longer than max_positions=32, which bounds "
+        r"position='learned' \(a table of 32 rows; other schemes run past it\)$",
+    ):
+        tiny(position="learned")(torch.randint(3, 23, (1, 40)), torch.tensor([[1]]))
+    assert model(torch.randint(3, 23, (1, 40)), torch.tensor([[1]])).shape == (1, 1, 23)
 
 
 def test_tied_embeddings_save_once_and_load_tied(tmp_path):

@@ -68,14 +68,30 @@ def resample_pos_embed(
     return torch.cat([prefix, grid], dim=1)
 
 
+def sinusoidal_rows(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """The rows of :func:`sinusoidal_table` at ``pos`` (any shape (...), int), computed for any
+    position: (..., D) float32, computed in float64."""
+    angle = pos.to(torch.float64)[..., None]
+    inv = torch.exp(
+        torch.arange(0, dim, 2, dtype=torch.float64, device=pos.device) * (-math.log(base) / dim)
+    )
+    rows = torch.zeros(*pos.shape, dim, dtype=torch.float64, device=pos.device)
+    rows[..., 0::2] = torch.sin(angle * inv)
+    rows[..., 1::2] = torch.cos(angle * inv)[..., : dim // 2]
+    return rows.float()
+
+
 def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> Tensor:
     """PE(pos, 2i) = sin(pos / base^(2i/D)), PE(pos, 2i+1) = cos(...). -> (length, D)."""
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(base) / dim))
-    table = torch.zeros(length, dim, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(pos * inv)
-    table[:, 1::2] = torch.cos(pos * inv)[:, : dim // 2]
-    return table.float()
+    return sinusoidal_rows(torch.arange(length), dim, base)
+
+
+def sinusoidal_rows_halves(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """The rows of :func:`sinusoidal_table_halves` at ``pos`` (any shape (...), int), computed
+    for any position: (..., D) float32, computed in float64."""
+    half = torch.arange(0, dim, 2, dtype=torch.float64, device=pos.device)
+    angles = pos.to(torch.float64)[..., None] / base ** (half / dim)
+    return torch.cat([angles.sin(), angles.cos()[..., : dim // 2]], dim=-1).float()
 
 
 def sinusoidal_table_halves(length: int, dim: int, base: float = 10000.0) -> Tensor:
@@ -83,9 +99,7 @@ def sinusoidal_table_halves(length: int, dim: int, base: float = 10000.0) -> Ten
     Face's MarianMT) stores them: every sine first, then every cosine,
     PE(pos, i) = sin(pos / base^(2i/D)) and PE(pos, ceil(D/2) + i) = cos(pos / base^(2i/D)).
     -> (length, D) float32, computed in float64."""
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    angles = pos / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    return torch.cat([angles.sin(), angles.cos()[:, : dim // 2]], dim=-1).float()
+    return sinusoidal_rows_halves(torch.arange(length), dim, base)
 
 
 def sincos_2d_table(grid: tuple[int, int], dim: int, base: float = 10000.0) -> Tensor:
@@ -249,6 +263,9 @@ class PositionScheme(nn.Module):
     acts: ClassVar[str] = "none"
     domain: ClassVar[str] = "any"
     learned: ClassVar[bool] = False
+    # True: the scheme is a table of max_positions rows and refuses a longer sequence
+    # (BaseConfig.check_length); every other scheme runs past the training length.
+    bounds_length: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -352,6 +369,7 @@ class LearnedPosition(PositionScheme):
     acts = "tokens"
     domain = "any"
     learned = True
+    bounds_length = True  # a sequence table has max_positions rows; a grid one is resampled
 
     def make_table(self) -> nn.Parameter:
         if self.grid is not None:
@@ -364,6 +382,13 @@ class LearnedPosition(PositionScheme):
         if table is None:
             raise ValueError("table is None: a learned position scheme adds the family's table")
         if isinstance(where, TokenPositions):
+            end, rows = where.offset + where.length, table.shape[0]
+            if end > rows:
+                raise ValueError(
+                    f"a sequence of {end} positions is longer than max_positions={rows}, which "
+                    f"bounds position='learned' (a table of {rows} rows; other schemes run "
+                    "past it)"
+                )
             return _rows_of(table, where)
         assert self.grid is not None, "a grid needs a scheme built with grid="
         return resample_pos_embed(table, where, self.grid, self.prefix)
@@ -395,19 +420,28 @@ class SinusoidalPosition(PositionScheme):
         super().__init__(config, *args, **kwargs)
         # A family may lay the sinusoids out as Marian does (all sines, then all cosines).
         halves = getattr(config, "sinusoid_layout", "interleaved") == "halves"
-        make = sinusoidal_table_halves if halves else sinusoidal_table
-        self.register_buffer("table", make(self.length, self.dim), persistent=False)
+        self.make_rows = sinusoidal_rows_halves if halves else sinusoidal_rows
+        self.register_buffer(
+            "table", self.make_rows(torch.arange(self.length), self.dim), persistent=False
+        )
 
     def values(
         self, where: TokenPositions | tuple[int, int], table: Tensor | None = None
     ) -> Tensor:
+        """The table's rows within its ``length``; past it (a sequence longer than training's)
+        the same formula's rows, computed for the positions asked: no bound on length."""
         assert isinstance(where, TokenPositions), "sinusoidal positions index a sequence"
-        return _rows_of(self.table, where)
+        # offset + length bounds every row's positions (per-row ones count real tokens only).
+        if where.offset + where.length <= self.table.shape[0]:
+            return _rows_of(self.table, where)
+        rows = self.make_rows(where.query(self.table.device), self.dim)
+        return rows.to(self.table.dtype)
 
     def describe(self) -> str:
         return (
-            "add the fixed sinusoidal table PE(pos, 2i) = sin(pos / 10000^(2i/D)), "
-            f"PE(pos, 2i+1) = cos(...) ({self.length} x {self.dim}, nothing learned)"
+            "add the fixed sinusoids PE(pos, 2i) = sin(pos / 10000^(2i/D)), "
+            f"PE(pos, 2i+1) = cos(...) (a {self.length} x {self.dim} table, rows past it "
+            "computed; nothing learned)"
         )
 
 
