@@ -17,6 +17,7 @@ from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
 from tfam.layers.position import (
     ALiBi,
+    AxialRotaryEmbedding,
     PositionScheme,
     RotaryEmbedding,
     TokenPositions,
@@ -32,6 +33,7 @@ from tfam.layers.windows import TokenPartition, WindowPartition
 __all__ = [
     "KERNELS",
     "ALiBi",
+    "AxialRotaryEmbedding",
     "PositionScheme",
     "RotaryEmbedding",
     "TokenPositions",
