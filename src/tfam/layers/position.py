@@ -243,7 +243,9 @@ class ALiBi(nn.Module):
 class TokenPositions:
     """Where the tokens of one forward sit: ``offset + arange(length)`` in every row, or per
     row (``rows`` (B, length) int64) when rows differ (left-padded batches count from each
-    row's first real token). ``offset`` is the number of cached tokens before them.
+    row's first real token). ``offset`` is the number of cached tokens before them. On a patch
+    ``grid`` (:meth:`on_grid`: ViT's tokens, ``prefix`` tokens then gh*gw patches row-major)
+    each token sits at a (row, column) pair instead.
 
     Built once per forward (by the family, or by the stack when the family passes none) and
     read by the token table, the Q/K transform and the score bias alike."""
