@@ -45,6 +45,7 @@ class PositionInfo(Protocol):
 
     acts: str  # one of POSITION_ACTS
     domain: str  # one of POSITION_DOMAINS
+    bounds_length: bool  # a table of max_positions rows: no sequence longer than it
 
     @classmethod
     def check_config(cls, config: Any) -> None: ...
@@ -196,6 +197,21 @@ class BaseConfig:
             if (cls.positions is None or name in cls.positions)
             and scheme.acts in cls.position_acts
             and scheme.domain in cls.position_domains
+        )
+
+    def check_length(self, length: int, what: str = "the sequence") -> None:
+        """Refuse ``length`` tokens past ``max_positions`` in one ``ValueError`` line naming
+        it, when the position scheme is a table of that many rows (``bounds_length``: a
+        learned sequence table). Every other scheme computes its positions for any length
+        (sinusoids, rotations, biases), so it runs past the training length; a config without
+        ``max_positions`` (ViT) has no bound."""
+        limit = getattr(self, "max_positions", None)
+        scheme = POSITION_SCHEMES.get(self.position)
+        if limit is None or length <= limit or not getattr(scheme, "bounds_length", False):
+            return
+        raise ValueError(
+            f"{what} of {length} tokens is longer than max_positions={limit}, which bounds "
+            f"position={self.position!r} (a table of {limit} rows; other schemes run past it)"
         )
 
     @property

@@ -176,6 +176,18 @@ def test_to_hf_refuses_other_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
         to_hf(model)
 
 
+@pytest.mark.parametrize("position", ["sinusoidal", "rope", "alibi", "none"])
+def test_to_hf_refuses_positions_other_than_learned(position: str) -> None:
+    """HF BERT adds a learned table (embeddings.position_embeddings): any other scheme is one
+    line naming position; the learned default keeps that layout and converts."""
+    model = small_bert(position=position)
+    assert model.embed.positions is None and "embed.positions.weight" not in model.state_dict()
+    with pytest.raises(ValueError, match=rf"position='{position}' \(HF BERT adds a learned") as err:
+        to_hf(model)
+    assert "\n" not in str(err.value)
+    assert small_bert().state_dict()["embed.positions.weight"].shape == (20, 24)
+
+
 def test_to_hf_leaves_the_callers_random_stream_alone() -> None:
     model = small_bert()
     torch.manual_seed(3)

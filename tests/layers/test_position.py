@@ -157,14 +157,13 @@ def test_every_registered_scheme_declares_how_it_acts():
 def test_family_position_lists_are_derived_from_the_registry():
     from tfam.models import BertConfig, GPTConfig, TransformerConfig, ViTConfig
 
-    assert ViTConfig.position_names() == ("learned", "sincos2d", "none", "generated")
-    assert GPTConfig.position_names() == (
-        "learned", "sinusoidal", "rope", "alibi", "none", "relative", "generated"
-    )  # fmt: skip
-    assert TransformerConfig.position_names() == ("learned", "sinusoidal", "generated")
-    assert BertConfig.position_names() == ("learned",)
-    with pytest.raises(ValueError, match=r"position='rope' is invalid: expected one of 'learned'"):
-        ViTConfig(dim=16, heads=2, image_size=4, patch_size=2, position="rope")
+    seven = ("learned", "sinusoidal", "rope", "alibi", "none", "relative", "generated")
+    assert ViTConfig.position_names() == ("learned", "sincos2d", "rope", "none", "generated")
+    assert GPTConfig.position_names() == seven
+    assert TransformerConfig.position_names() == seven
+    assert BertConfig.position_names() == seven
+    with pytest.raises(ValueError, match=r"position='alibi' is invalid: expected one of 'learned'"):
+        ViTConfig(dim=16, heads=2, image_size=4, patch_size=2, position="alibi")
 
 
 def test_scheme_config_checks_name_the_field():
@@ -239,3 +238,20 @@ def test_a_new_scheme_is_one_class(ramp_scheme, tmp_path):
     model.save_pretrained(tmp_path)
     with torch.no_grad():
         torch.testing.assert_close(tfam.from_pretrained(tmp_path)(ids), model(ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "halves"])
+def test_sinusoids_past_their_table_are_the_formula_s_rows(layout):
+    """A sinusoidal scheme built for 4 rows gives, past them, the rows a longer table holds
+    (bit for bit): for a shared offset and for per-row (left-padded) positions."""
+    from tfam.layers.position import TokenPositions, build_position, sinusoidal_table_halves
+    from tfam.models import TransformerConfig
+
+    config = TransformerConfig(dim=10, heads=2, depth=1, sinusoid_layout=layout)
+    scheme = build_position(config, length=4)
+    full = (sinusoidal_table if layout == "interleaved" else sinusoidal_table_halves)(12, 10)
+    assert torch.equal(scheme.table, full[:4])
+    assert torch.equal(scheme.values(TokenPositions(3, 6)), full[3:9])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1], [1] * 8], dtype=torch.bool)
+    where = TokenPositions.count(7, offset=1, key_mask=mask)
+    assert torch.equal(scheme.values(where), full[where.rows])

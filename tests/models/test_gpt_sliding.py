@@ -132,13 +132,17 @@ def test_within_the_context_every_step_after_the_prompt_reads_one_cached_token()
 
 
 def test_the_encoder_decoder_keeps_its_limit():
+    """No window: a learned table refuses a target past max_positions; sinusoids (the
+    default) run past it."""
     torch.manual_seed(0)
-    model = tfam.create_model(
-        "transformer", dim=16, depth=1, heads=2, ffn_dim=32, vocab_size=20, max_positions=8
-    ).eval()
+    values = dict(dim=16, depth=1, heads=2, ffn_dim=32, vocab_size=20, max_positions=8)
+    model = tfam.create_model("transformer", position="learned", **values).eval()
     assert model.decoding_window() is None
     with pytest.raises(ValueError, match="max_new_tokens=9 is invalid: the decoder has"):
         model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=9)
+    model = tfam.create_model("transformer", **values).eval()
+    out = model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=9, eos_token_id=[])
+    assert out.shape == (1, 10)
 
 
 def band_logits(model: tfam.models.GPT, ids: torch.Tensor) -> torch.Tensor:

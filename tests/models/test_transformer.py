@@ -133,8 +133,9 @@ def test_a_padded_batch_equals_each_sequence_alone():
     torch.testing.assert_close(out[1:, : alone.shape[1]], alone)
 
 
-def test_cached_decoding_equals_full_recomputation_step_by_step():
-    model = tiny()
+@pytest.mark.parametrize("position", ["sinusoidal", "rope", "alibi"])
+def test_cached_decoding_equals_full_recomputation_step_by_step(position):
+    model = tiny(position=position)
     src = torch.randint(3, 23, (3, 6))
     state_c, start = model.prepare_decoding(src, None, 8, use_cache=True)
     state_f, _ = model.prepare_decoding(src, None, 8, use_cache=False)
@@ -226,7 +227,6 @@ def test_top_p_and_top_k_keep_the_right_tokens():
         ({"top_p": 0}, r"top_p=0 is invalid"),
         ({"temperature": -1.0}, r"temperature=-1.0 is invalid"),
         ({"max_new_tokens": 0}, r"max_new_tokens=0 is invalid"),
-        ({"max_new_tokens": 40}, r"max_new_tokens=40 is invalid: the decoder has max_positions=32"),
         (
             {"do_sample": True, "num_beams": 2},
             r"num_beams=2 is invalid: beam search is deterministic",
@@ -238,14 +238,62 @@ def test_bad_generation_arguments_are_named(kw, message):
         tiny().generate(torch.randint(3, 23, (1, 4)), **kw)
 
 
+def test_only_a_learned_table_bounds_the_new_tokens():
+    src = torch.randint(3, 23, (1, 4))
+    with pytest.raises(
+        ValueError,
+        match=r"^max_new_tokens=40 is invalid: the decoder has max_positions=32, which bounds "
+        r"position='learned'",
+    ):
+        tiny(position="learned").generate(src, max_new_tokens=40)
+    for position in ("sinusoidal", "rope", "alibi"):
+        out = tiny(position=position).generate(src, max_new_tokens=40, eos_token_id=[])
+        assert out.shape == (1, 41), position
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_positions_act_in_self_attention_only(position):
+    """RoPE and ALiBi reach the self-attention of both stacks and not the cross-attention:
+    the decoder reads the memory as a set (permuting its rows changes nothing), while the
+    encoder and the decoder see their own tokens' order."""
+    # Larger weights than the default init: scores of O(1), so positions move them visibly.
+    model = tiny(position=position, init_std=0.5).double()
+    decoder = model.decoder.blocks
+    if position == "rope":
+        assert all(b.mhsa.qk_transform is not None for b in [*model.encoder.blocks, *decoder])
+    else:
+        assert model.encoder.bias_provider is not None and model.decoder.bias_provider is not None
+    assert all(
+        b.cross_attn.qk_transform is None and b.cross_attn.bias_provider is None for b in decoder
+    )
+    src, tgt = torch.randint(3, 23, (2, 7)), torch.randint(3, 23, (2, 5))
+    src[:, 0], src[:, 6], tgt[:, 1], tgt[:, 3] = 3, 4, 5, 6
+    memory, mask, _ = model.encode(src)
+    perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
+    with torch.no_grad():
+        plain, _ = model.decode(tgt, memory, mask)
+        shuffled, _ = model.decode(tgt, memory[:, perm], None if mask is None else mask[..., perm])
+        swapped_src = model(src[:, [6, 1, 2, 3, 4, 5, 0]], tgt)
+        swapped_tgt = model(src, tgt[:, [0, 3, 2, 1, 4]])
+    torch.testing.assert_close(shuffled, plain, rtol=1e-12, atol=1e-12)
+    assert (swapped_src[:, -1] - plain[:, -1]).abs().max() > 1e-3
+    assert (swapped_tgt[:, -1] - plain[:, -1]).abs().max() > 1e-3
+
+
 def test_bad_ids_are_named():
     model = tiny()
     with pytest.raises(
         ValueError, match=r"src_ids holds ids in \[0, 23\]; expected 0 <= id < vocab_size=23"
     ):
         model(torch.tensor([[0, 23]]), torch.tensor([[1]]))
-    with pytest.raises(ValueError, match=r"needs 40 positions; this model has max_positions=32"):
-        model(torch.randint(3, 23, (1, 40)), torch.tensor([[1]]))
+    # Only a learned table bounds the length (sinusoids, the default, run past it).
+    with pytest.raises(
+        ValueError,
+        match=r"^the source of 40 tokens is longer than max_positions=32, which bounds "
+        r"position='learned' \(a table of 32 rows; other schemes run past it\)$",
+    ):
+        tiny(position="learned")(torch.randint(3, 23, (1, 40)), torch.tensor([[1]]))
+    assert model(torch.randint(3, 23, (1, 40)), torch.tensor([[1]])).shape == (1, 1, 23)
 
 
 def test_tied_embeddings_save_once_and_load_tied(tmp_path):

@@ -253,6 +253,8 @@ def config_to_hf(config: BertConfig, **options: Any) -> Any:
     transformers = common.require_transformers()
     c = config
     problems = []
+    if c.position != "learned":
+        problems.append(f"position={c.position!r} (HF BERT adds a learned position table)")
     if c.norm_first:
         problems.append("norm_first=True (HF BERT is post-norm)")
     if c.norm != "layernorm":
@@ -286,7 +288,7 @@ def bert_to_hf(model: Bert, *, attn_implementation: str | None = None, **options
     ``attn_implementation`` defaults to 'eager' for tfam's 'math' kernel and 'sdpa' otherwise;
     ``options`` go to transformers.BertConfig; ``id2label`` alone brings its ``label2id``.
 
-    Refused (``ValueError``): pre-norm blocks, RMSNorm, activations HF lacks, no Q/K/V bias, a
+    Refused (``ValueError``): positions other than learned, pre-norm blocks, RMSNorm, activations HF lacks, no Q/K/V bias, a
     pooler under a token or MLM head, attention kernels without an HF counterpart."""
     transformers = common.require_transformers()
     c = model.config

@@ -18,6 +18,7 @@ from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
 from tfam.layers.position import (
     ALiBi,
+    AxialRotaryEmbedding,
     PositionScheme,
     RotaryEmbedding,
     TokenPositions,
@@ -40,6 +41,7 @@ from tfam.layers.windows import TokenPartition, WindowPartition
 __all__ = [
     "KERNELS",
     "ALiBi",
+    "AxialRotaryEmbedding",
     "PositionScheme",
     "RotaryEmbedding",
     "TokenPositions",

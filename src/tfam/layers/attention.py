@@ -181,6 +181,7 @@ class MultiHeadAttention(nn.Module):
         cache: Any = None,
         positions: Tensor | None = None,
         need_weights: bool = False,
+        key_positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, Lq, D); mask bool (True = may attend) and bias float, both broadcastable to
         (B, H, Lq, Lk); ``is_causal``: query i sees keys up to its own position (bottom-right).
@@ -190,7 +191,10 @@ class MultiHeadAttention(nn.Module):
         and values are projected from ``context`` once, then reused; ``context`` may be None
         after that). ``positions`` (Lq,) or (B, Lq): positions of x's tokens, read only by
         ``qk_transform`` and ``bias_provider`` and required by them (the stack computes them
-        once per forward, :class:`~tfam.layers.position.TokenPositions`).
+        once per forward, :class:`~tfam.layers.position.TokenPositions`); a grid's are
+        (2, Lq), row and column. ``key_positions``: the keys' when ``context`` holds x's
+        tokens and more (a block computing its first queries only); by default x's own for
+        self-attention, ``arange(Lk)`` for a context.
 
         -> (out (B, Lq, D), weights (B, H, Lq, Lk) or None)."""
         static = cache is not None and cache.static
@@ -210,7 +214,10 @@ class MultiHeadAttention(nn.Module):
                 )
             offset = self_cache.length if self_cache is not None else 0
             q_pos = positions
-            k_pos = q_pos if context is None else torch.arange(k.shape[-2], device=x.device)
+            if key_positions is not None:
+                k_pos = key_positions
+            else:
+                k_pos = q_pos if context is None else torch.arange(k.shape[-2], device=x.device)
             if self.qk_transform is not None and not static:
                 q, k = self.qk_transform(q, k, q_pos, k_pos)
             if self.bias_provider is not None:

@@ -154,7 +154,9 @@ class EncoderBlock(nn.Module):
                 context=h,
                 mask=_first_rows(mask, queries),
                 bias=_first_rows(bias, queries),
+                # (L,), (B, L) or a grid's (2, L): the tokens are the last axis.
                 positions=None if positions is None else positions[..., :queries],
+                key_positions=positions,
                 need_weights=need_weights,
             )
             x = x[:, :queries]
@@ -253,12 +255,22 @@ class TransformerStack(nn.Module):
     :meth:`~tfam.layers.position.PositionScheme.qk_transform` goes to every self-attention
     (RoPE), its :meth:`~tfam.layers.position.PositionScheme.score_bias` becomes the bias
     provider (ALiBi); schemes added to the tokens give neither (the family adds them).
+    A grid family builds its stack with ``grid`` (gh, gw) and ``prefix`` (the tokens before
+    the patches) and passes ``positions=TokenPositions.on_grid(grid, prefix)`` per forward, so
+    a scheme acting in attention indexes (row, column): RoPE becomes 2-D axial.
 
     x (B, L, D) -> (B, L, D), and with ``need_weights`` a list of N weights: (B, H, L, L) per
     encoder block, (self, cross) pairs per decoder block.
     """
 
-    def __init__(self, config: BaseConfig, kind: str = "encoder", causal: bool = False) -> None:
+    def __init__(
+        self,
+        config: BaseConfig,
+        kind: str = "encoder",
+        causal: bool = False,
+        grid: tuple[int, int] | None = None,
+        prefix: int = 0,
+    ) -> None:
         super().__init__()
         if kind not in ("encoder", "decoder"):
             raise ValueError(f"kind={kind!r} is invalid: expected 'encoder' or 'decoder'")
@@ -269,7 +281,8 @@ class TransformerStack(nn.Module):
         block = DecoderBlock if kind == "decoder" else EncoderBlock
         self.blocks = nn.ModuleList(block(config, drop_path=rate) for rate in rates)
         # Positions that act inside attention are wired here, once for every family.
-        scheme = build_position(config)
+        # A grid family (ViT) says its patch grid: RoPE is then 2-D (row, column).
+        scheme = build_position(config, grid=grid, prefix=prefix)
         self.bias_provider: nn.Module | None = scheme.score_bias(causal=self.causal)
         for blk in self.blocks:  # self-attention only: cross-attention keys are the source's
             blk.mhsa.qk_transform = scheme.qk_transform()

@@ -2,7 +2,8 @@
 give each token its place.
 
 The bricks: tables added to the tokens (sinusoidal, 2-D sine-cosine, learned with resampling),
-a Q/K transform (:class:`RotaryEmbedding`) and a bias provider (:class:`ALiBi`).
+Q/K transforms (:class:`RotaryEmbedding`; :class:`AxialRotaryEmbedding` on a patch grid) and a
+bias provider (:class:`ALiBi`).
 
 The schemes a config names by ``position``: one :class:`PositionScheme` subclass each, which
 registers itself by its ``name`` and says how it acts (``acts``: added to the ``"tokens"``,
@@ -68,14 +69,30 @@ def resample_pos_embed(
     return torch.cat([prefix, grid], dim=1)
 
 
+def sinusoidal_rows(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """The rows of :func:`sinusoidal_table` at ``pos`` (any shape (...), int), computed for any
+    position: (..., D) float32, computed in float64."""
+    angle = pos.to(torch.float64)[..., None]
+    inv = torch.exp(
+        torch.arange(0, dim, 2, dtype=torch.float64, device=pos.device) * (-math.log(base) / dim)
+    )
+    rows = torch.zeros(*pos.shape, dim, dtype=torch.float64, device=pos.device)
+    rows[..., 0::2] = torch.sin(angle * inv)
+    rows[..., 1::2] = torch.cos(angle * inv)[..., : dim // 2]
+    return rows.float()
+
+
 def sinusoidal_table(length: int, dim: int, base: float = 10000.0) -> Tensor:
     """PE(pos, 2i) = sin(pos / base^(2i/D)), PE(pos, 2i+1) = cos(...). -> (length, D)."""
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(base) / dim))
-    table = torch.zeros(length, dim, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(pos * inv)
-    table[:, 1::2] = torch.cos(pos * inv)[:, : dim // 2]
-    return table.float()
+    return sinusoidal_rows(torch.arange(length), dim, base)
+
+
+def sinusoidal_rows_halves(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """The rows of :func:`sinusoidal_table_halves` at ``pos`` (any shape (...), int), computed
+    for any position: (..., D) float32, computed in float64."""
+    half = torch.arange(0, dim, 2, dtype=torch.float64, device=pos.device)
+    angles = pos.to(torch.float64)[..., None] / base ** (half / dim)
+    return torch.cat([angles.sin(), angles.cos()[..., : dim // 2]], dim=-1).float()
 
 
 def sinusoidal_table_halves(length: int, dim: int, base: float = 10000.0) -> Tensor:
@@ -83,9 +100,7 @@ def sinusoidal_table_halves(length: int, dim: int, base: float = 10000.0) -> Ten
     Face's MarianMT) stores them: every sine first, then every cosine,
     PE(pos, i) = sin(pos / base^(2i/D)) and PE(pos, ceil(D/2) + i) = cos(pos / base^(2i/D)).
     -> (length, D) float32, computed in float64."""
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    angles = pos / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    return torch.cat([angles.sin(), angles.cos()[:, : dim // 2]], dim=-1).float()
+    return sinusoidal_rows_halves(torch.arange(length), dim, base)
 
 
 def sincos_2d_table(grid: tuple[int, int], dim: int, base: float = 10000.0) -> Tensor:
@@ -150,6 +165,44 @@ class RotaryEmbedding(nn.Module):
         return f"head_dim={self.head_dim}, base={self.base}, layout={self.layout!r}"
 
 
+class AxialRotaryEmbedding(nn.Module):
+    """2-D axial RoPE over a patch grid (as RoPE-ViT's axial variant, Heo et al. 2024, and
+    EVA-02): the first Dh/2 features of each head are rotated by the patch's row, the last
+    Dh/2 by its column, each half as a 1-D :class:`RotaryEmbedding` of width Dh/2 (half
+    layout, angles pos * base^(-2i/(Dh/2))). So q_(r,c) . k_(r',c') depends on (r - r', c - c')
+    only: the first half's product on r - r', the second's on c - c'.
+
+    (q (B, H, Lq, Dh), k (B, H, Lk, Dh), q_pos (2, Lq), k_pos (2, Lk)) -> rotated (q, k);
+    positions are int64 (row, column) pairs, rows first (:meth:`TokenPositions.on_grid`).
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim % 4:
+            raise ValueError(
+                f"head_dim={head_dim} is invalid for 2-D RoPE: expected a multiple of 4 (two "
+                "halves, each of feature pairs)"
+            )
+        self.head_dim, self.base = head_dim, base
+        self.axis = RotaryEmbedding(head_dim // 2, base)  # one rotation per axis, same angles
+
+    def rotate(self, x: Tensor, pos: Tensor) -> Tensor:
+        if pos.ndim != 2 or pos.shape[0] != 2 or pos.shape[1] != x.shape[-2]:
+            raise ValueError(
+                f"positions of shape {tuple(pos.shape)} are invalid for 2-D RoPE: expected "
+                f"(2, {x.shape[-2]}) (row, column) per token; pass TokenPositions.on_grid(grid, "
+                "prefix) to the stack"
+            )
+        rows, cols = x.chunk(2, dim=-1)
+        return torch.cat([self.axis.rotate(rows, pos[0]), self.axis.rotate(cols, pos[1])], dim=-1)
+
+    def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return self.rotate(q, q_pos), self.rotate(k, k_pos)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base}, axes=(row, column)"
+
+
 def alibi_slopes(heads: int) -> Tensor:
     """ALiBi's per-head slopes (Press et al. 2022): 2^(-8/n), 2^(-16/n), ... for n = heads when
     n is a power of two; otherwise those of the next lower power of two, then every other slope
@@ -190,7 +243,9 @@ class ALiBi(nn.Module):
 class TokenPositions:
     """Where the tokens of one forward sit: ``offset + arange(length)`` in every row, or per
     row (``rows`` (B, length) int64) when rows differ (left-padded batches count from each
-    row's first real token). ``offset`` is the number of cached tokens before them.
+    row's first real token). ``offset`` is the number of cached tokens before them. On a patch
+    ``grid`` (:meth:`on_grid`: ViT's tokens, ``prefix`` tokens then gh*gw patches row-major)
+    each token sits at a (row, column) pair instead.
 
     Built once per forward (by the family, or by the stack when the family passes none) and
     read by the token table, the Q/K transform and the score bias alike."""
@@ -198,6 +253,15 @@ class TokenPositions:
     offset: int
     length: int
     rows: Tensor | None = None
+    grid: tuple[int, int] | None = None  # the tokens are prefix + gh*gw patches, row-major
+    prefix: int = 0
+
+    @classmethod
+    def on_grid(cls, grid: tuple[int, int], prefix: int = 0) -> TokenPositions:
+        """The tokens of a patch grid (gh, gw) after ``prefix`` tokens ([CLS]): ``query``
+        gives (2, prefix + gh*gw) (row, column) pairs, the prefix tokens at (0, 0)."""
+        gh, gw = int(grid[0]), int(grid[1])
+        return cls(0, prefix + gh * gw, grid=(gh, gw), prefix=prefix)
 
     @classmethod
     def count(cls, length: int, offset: int = 0, key_mask: Tensor | None = None) -> TokenPositions:
@@ -211,7 +275,13 @@ class TokenPositions:
         return cls(offset, length, rows)
 
     def query(self, device: torch.device) -> Tensor:
-        """Positions of the new tokens: (length,) or (B, length) int64."""
+        """Positions of the new tokens: (length,) or (B, length) int64; on a grid (2, length),
+        rows first, then columns (the prefix tokens at (0, 0))."""
+        if self.grid is not None:
+            gh, gw = self.grid
+            patch = torch.arange(gh * gw, device=device)
+            cells = torch.stack([patch // gw, patch % gw])  # row-major, as PatchEmbed
+            return F.pad(cells, (self.prefix, 0))
         if self.rows is not None:
             return self.rows
         return self.shared(device)
@@ -252,6 +322,9 @@ class PositionScheme(nn.Module):
     # False: what it adds to new tokens reads the tokens before them (a recurrent network), so
     # decoding cannot continue from a KV cache and generate re-encodes at every step.
     incremental: ClassVar[bool] = True
+    # True: the scheme is a table of max_positions rows and refuses a longer sequence
+    # (BaseConfig.check_length); every other scheme runs past the training length.
+    bounds_length: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -357,6 +430,7 @@ class LearnedPosition(PositionScheme):
     acts = "tokens"
     domain = "any"
     learned = True
+    bounds_length = True  # a sequence table has max_positions rows; a grid one is resampled
 
     def make_table(self) -> nn.Parameter:
         if self.grid is not None:
@@ -369,6 +443,13 @@ class LearnedPosition(PositionScheme):
         if table is None:
             raise ValueError("table is None: a learned position scheme adds the family's table")
         if isinstance(where, TokenPositions):
+            end, rows = where.offset + where.length, table.shape[0]
+            if end > rows:
+                raise ValueError(
+                    f"a sequence of {end} positions is longer than max_positions={rows}, which "
+                    f"bounds position='learned' (a table of {rows} rows; other schemes run "
+                    "past it)"
+                )
             return _rows_of(table, where)
         assert self.grid is not None, "a grid needs a scheme built with grid="
         return resample_pos_embed(table, where, self.grid, self.prefix)
@@ -400,19 +481,28 @@ class SinusoidalPosition(PositionScheme):
         super().__init__(config, *args, **kwargs)
         # A family may lay the sinusoids out as Marian does (all sines, then all cosines).
         halves = getattr(config, "sinusoid_layout", "interleaved") == "halves"
-        make = sinusoidal_table_halves if halves else sinusoidal_table
-        self.register_buffer("table", make(self.length, self.dim), persistent=False)
+        self.make_rows = sinusoidal_rows_halves if halves else sinusoidal_rows
+        self.register_buffer(
+            "table", self.make_rows(torch.arange(self.length), self.dim), persistent=False
+        )
 
     def values(
         self, where: TokenPositions | tuple[int, int], table: Tensor | None = None
     ) -> Tensor:
+        """The table's rows within its ``length``; past it (a sequence longer than training's)
+        the same formula's rows, computed for the positions asked: no bound on length."""
         assert isinstance(where, TokenPositions), "sinusoidal positions index a sequence"
-        return _rows_of(self.table, where)
+        # offset + length bounds every row's positions (per-row ones count real tokens only).
+        if where.offset + where.length <= self.table.shape[0]:
+            return _rows_of(self.table, where)
+        rows = self.make_rows(where.query(self.table.device), self.dim)
+        return rows.to(self.table.dtype)
 
     def describe(self) -> str:
         return (
-            "add the fixed sinusoidal table PE(pos, 2i) = sin(pos / 10000^(2i/D)), "
-            f"PE(pos, 2i+1) = cos(...) ({self.length} x {self.dim}, nothing learned)"
+            "add the fixed sinusoids PE(pos, 2i) = sin(pos / 10000^(2i/D)), "
+            f"PE(pos, 2i+1) = cos(...) (a {self.length} x {self.dim} table, rows past it "
+            "computed; nothing learned)"
         )
 
 
@@ -463,28 +553,44 @@ class SinCos2DPosition(PositionScheme):
 
 
 class RotaryPosition(PositionScheme):
-    """RoPE: every self-attention rotates Q and K by position (:class:`RotaryEmbedding`, half
-    layout, base 10000); nothing is added to the tokens."""
+    """RoPE: every self-attention rotates Q and K by position; nothing is added to the tokens.
+    On a sequence by the token's index (:class:`RotaryEmbedding`, half layout, base 10000);
+    built with a patch ``grid`` (a grid family's stack), by the patch's row and column
+    (:class:`AxialRotaryEmbedding`: half of each head's features by the row, half by the
+    column). The prefix tokens ([CLS]) sit at (0, 0), an angle of 0: they are not rotated, as
+    in RoPE-ViT and EVA-02."""
 
     name = "rope"
     title = "rotary (RoPE)"
     acts = "qk"
-    domain = "sequence"
+    domain = "any"
 
     @classmethod
     def check_config(cls, config: BaseConfig) -> None:
-        if config.head_dim % 2:
+        grid_only = "sequence" not in type(config).position_domains  # ViT: 2-D, two halves
+        if config.head_dim % (4 if grid_only else 2):
             raise config_error(
                 "heads",
                 config.heads,
-                f"position='rope' rotates feature pairs, so the head width dim/heads must be "
-                f"even (dim={config.dim})",
+                "position='rope' on a patch grid rotates two halves of feature pairs, so the "
+                f"head width dim/heads must be a multiple of 4 (dim={config.dim})"
+                if grid_only
+                else "position='rope' rotates feature pairs, so the head width dim/heads must "
+                f"be even (dim={config.dim})",
             )
 
     def qk_transform(self) -> nn.Module:
+        if self.grid is not None:
+            return AxialRotaryEmbedding(self.head_dim)
         return RotaryEmbedding(self.head_dim)
 
     def describe(self) -> str:
+        if self.grid is not None:
+            return (
+                "rotate Q and K of every self-attention by each patch's row (first half of "
+                "each head's features) and column (second half) (2-D axial RoPE, base 10000; "
+                "prefix tokens not rotated): nothing added to the tokens, nothing learned"
+            )
         return (
             "rotate Q and K of every self-attention by each token's position (RoPE, base "
             "10000): nothing added to the tokens, nothing learned"

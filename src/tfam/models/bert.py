@@ -4,6 +4,9 @@ token ids (B, L), segment ids (B, L)
   -> token + segment + learned position embeddings       (B, L, D)
   -> LayerNorm -> dropout
   -> N x [ X1 = LN(X0 + MHSA(X0));  X_out = LN(X1 + MLP(X1)) ]   (post-norm, GELU)
+     (``position`` may name any scheme over a sequence (:mod:`tfam.layers.position`): the
+     learned table, BERT's and the default; "sinusoidal" added in its place; "rope" or
+     "alibi" inside every self-attention, wired by the stack; or "none")
   -> head, chosen by ``config.head``:
        "none":     the hidden states                      (B, L, D)
        "mlm":      dense -> GELU -> LN -> decoder tied to the token embeddings (+ bias)
@@ -27,6 +30,7 @@ from torch import Tensor, nn
 
 from tfam.config import BaseConfig, check_bool, check_choice, check_positive_int, config_error
 from tfam.layers import TransformerStack, make_norm, padding_mask
+from tfam.layers.position import TokenPositions, build_position
 from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
@@ -50,7 +54,9 @@ class BertConfig(BaseConfig):
     """
 
     family: ClassVar[str] = "bert"
-    positions: ClassVar[tuple[str, ...]] = ("learned",)
+    # Every scheme over a 1-D sequence; "learned" (BERT's, the default) keeps Hugging Face's
+    # layout (embed.positions, an nn.Embedding) and is the only one the HF converter writes.
+    position_domains: ClassVar[tuple[str, ...]] = ("sequence", "any")
 
     dim: int = 768
     depth: int = 12
@@ -101,20 +107,27 @@ class BertConfig(BaseConfig):
 
 
 class BertEmbeddings(nn.Module):
-    """ids (B, L), segment ids (B, L) -> LN(token + segment + position) -> dropout (B, L, D)."""
+    """ids (B, L), segment ids (B, L) -> LN(token + segment [+ position]) -> dropout (B, L, D).
+
+    The position scheme is ``config.position``'s (``position``); a learned table is
+    ``positions``, an ``nn.Embedding`` (max_positions, D) as in Hugging Face's BERT
+    (``embeddings.position_embeddings``); a scheme acting in attention (rope, alibi) adds
+    nothing here and the encoder stack wires it."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         c = config
         self.tokens = nn.Embedding(c.vocab_size, c.dim, padding_idx=c.pad_token_id)
         self.segments = nn.Embedding(c.type_vocab_size, c.dim)
-        self.positions = nn.Embedding(c.max_positions, c.dim)
+        self.position = build_position(c, length=c.max_positions)
+        self.positions = nn.Embedding(c.max_positions, c.dim) if self.position.learned else None
         self.norm = make_norm(c.norm, c.dim, c.norm_eps)
         self.dropout = nn.Dropout(c.dropout)
 
     def forward(self, ids: Tensor, token_type_ids: Tensor) -> Tensor:
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        x = self.tokens(ids) + self.segments(token_type_ids) + self.positions(pos)
+        x = self.tokens(ids) + self.segments(token_type_ids)
+        table = None if self.positions is None else self.positions.weight
+        x = self.position.add(x, TokenPositions(0, ids.shape[1]), table)
         return self.dropout(self.norm(x))
 
 
@@ -187,11 +200,8 @@ class Bert(TfamModel):
                 f"input_ids has shape {tuple(input_ids.shape)} and dtype {input_ids.dtype}; "
                 "expected token ids (B, L) of int64"
             )
-        if input_ids.shape[1] > c.max_positions:
-            raise ValueError(
-                f"input_ids has {input_ids.shape[1]} tokens; this model has max_positions="
-                f"{c.max_positions} (truncate the input)"
-            )
+        # Only a learned table bounds the length; every other scheme runs past max_positions.
+        c.check_length(input_ids.shape[1], "input_ids")
         for name, ids, size, field in (
             ("input_ids", input_ids, c.vocab_size, "vocab_size"),
             ("token_type_ids", token_type_ids, c.type_vocab_size, "type_vocab_size"),

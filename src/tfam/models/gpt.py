@@ -37,9 +37,10 @@ from tfam.models.registry import register_preset
 @dataclass
 class GPTConfig(BaseConfig):
     """A decoder-only language model; the defaults are GPT-2 (124M)'s shape. ``max_positions`` is the
-    context: the longest sequence one forward takes (``generate`` slides past it, reading the
-    last ``max_positions`` tokens at each step). Special ids may be None (GPT-2 has no padding
-    token)."""
+    context: the length it trains at, the rows of a learned position table and so the longest
+    sequence one forward takes with ``position='learned'`` (every other scheme runs past it);
+    ``generate`` slides past it, reading the last ``max_positions`` tokens at each step.
+    Special ids may be None (GPT-2 has no padding token)."""
 
     family: ClassVar[str] = "gpt"
     # Every scheme over a 1-D sequence: the tokens' positions are counted per row.
@@ -165,12 +166,8 @@ class GPT(GenerationMixin, TfamModel):
         None -> final-normed hidden states (B, n, D), weights."""
         offset = cache.position if cache is not None else 0
         n = ids.shape[1]
-        limit = self.config.max_positions
-        if offset + n > limit:
-            raise ValueError(
-                f"the sequence needs {offset + n} positions; this model has max_positions="
-                f"{limit} (shorten the input to at most {limit} tokens)"
-            )
+        # Only a learned table bounds the length; every other scheme runs past max_positions.
+        self.config.check_length(offset + n, "the sequence")
         # Once per forward: per row from the first real token with a key mask (left padding).
         positions = TokenPositions.count(n, offset, key_mask)
         x = self.drop(self.position.add(self.tok_embed(ids), positions, self.pos_embed))

@@ -8,6 +8,10 @@ source ids (B, Ls)                                target ids (B, Lt), starting w
                                                     -> Linear -> softmax over the vocabulary
 
 PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)), from pos 0.
+``position`` may name any scheme over a sequence (:mod:`tfam.layers.position`): a table added
+to the tokens ("sinusoidal", the paper's and the default; "learned"), or one acting in the
+self-attention of both stacks ("rope", "alibi"; cross-attention gets no positions), or "none".
+Only a learned table bounds the length (``max_positions``); the others run past it.
 Padding (``pad_token_id``) is masked on both sides; the decoder cannot see the future. Post-norm
 blocks as in the paper (``norm_first=True`` for pre-norm); the source, target and output
 embeddings may share one matrix (``share_embeddings``, ``tie_output``). For Marian
@@ -38,8 +42,12 @@ class TransformerConfig(BaseConfig):
     ``vocab_size`` is the joint (source and target) vocabulary of one tokenizer."""
 
     family: ClassVar[str] = "transformer"
-    # Tables added to the tokens of a sequence ("sinusoidal", the paper's; "learned").
-    position_acts: ClassVar[tuple[str, ...]] = ("tokens",)
+    # Every scheme over a 1-D sequence: tables added to the source and target tokens
+    # ("sinusoidal", the paper's; "learned"), or acting inside the self-attention of the
+    # encoder and of the decoder ("rope", "alibi"; positions counted on each side from 0).
+    # Cross-attention gets none: its keys are the source's tokens, whose positions the
+    # encoder has already mixed into them, and a query's target position and a key's source
+    # position are not on one axis (no relative distance between them means anything).
     position_domains: ClassVar[tuple[str, ...]] = ("sequence", "any")
 
     dim: int = 512
@@ -96,11 +104,13 @@ class TokenEmbedding(nn.Module):
     """Token ids (B, L) -> (B, L, D): lookup x sqrt(D) + position (the scheme of
     ``config.position``; a learned table is this module's ``pos_embed``), then dropout."""
 
-    def __init__(self, config: TransformerConfig, tokens: nn.Embedding) -> None:
+    def __init__(
+        self, config: TransformerConfig, tokens: nn.Embedding, side: str = "the sequence"
+    ) -> None:
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(config.dim) if config.scale_embeddings else 1.0
-        self.max_positions = config.max_positions
+        self.config, self.side = config, side  # side: how a length error names the sequence
         self.position = build_position(config, length=config.max_positions)
         self.pos_embed = self.position.make_table()  # (max_positions, D) when learned
         self.dropout = nn.Dropout(config.dropout)
@@ -110,12 +120,8 @@ class TokenEmbedding(nn.Module):
         offset)."""
         if positions is None:
             positions = TokenPositions(0, ids.shape[1])
-        end = positions.offset + positions.length
-        if end > self.max_positions:
-            raise ValueError(
-                f"the sequence needs {end} positions; this model has max_positions="
-                f"{self.max_positions} (shorten the input or truncate it)"
-            )
+        # Only a learned table bounds the length; every other scheme runs past max_positions.
+        self.config.check_length(positions.offset + positions.length, self.side)
         x = self.tokens(ids) * self.scale
         return self.dropout(self.position.add(x, positions, self.pos_embed))
 
@@ -136,8 +142,8 @@ class Transformer(GenerationMixin, TfamModel):
         c = config
         src_tokens = nn.Embedding(c.vocab_size, c.dim)
         tgt_tokens = src_tokens if c.share_embeddings else nn.Embedding(c.vocab_size, c.dim)
-        self.src_embed = TokenEmbedding(c, src_tokens)
-        self.tgt_embed = TokenEmbedding(c, tgt_tokens)
+        self.src_embed = TokenEmbedding(c, src_tokens, "the source")
+        self.tgt_embed = TokenEmbedding(c, tgt_tokens, "the target")
         self.encoder = TransformerStack(c, kind="encoder")
         self.decoder = TransformerStack(c.replace(depth=c.decoder_depth), kind="decoder")
         self.encoder_norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
@@ -285,10 +291,11 @@ class Transformer(GenerationMixin, TfamModel):
         self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int, use_cache: bool
     ) -> tuple[DecodingState, Tensor]:
         limit = self.config.max_positions
-        if max_new_tokens + 1 > limit:
+        if self.tgt_embed.position.bounds_length and max_new_tokens + 1 > limit:
             raise ValueError(
                 f"max_new_tokens={max_new_tokens} is invalid: the decoder has max_positions="
-                f"{limit}, so at most {limit - 1} new tokens follow <bos>"
+                f"{limit}, which bounds position={self.config.position!r}, so at most "
+                f"{limit - 1} new tokens follow <bos> (other schemes run past it)"
             )
         memory, memory_mask, _ = self.encode(input_ids, attention_mask)
         cache = self.decoder.make_cache(max_new_tokens + 1) if use_cache else None

@@ -5,7 +5,9 @@ image (B, C, H, W)
   -> linear projection to D                              (B, N, D)
   -> prepend [CLS]                                       (B, N+1, D)
   -> + position: any scheme over a patch grid (tfam.layers.position): a learned table
-     (B, N+1, D), fixed 2-D sine-cosine on the patches, or none
+     (B, N+1, D), fixed 2-D sine-cosine on the patches, or none; or "rope", 2-D axial
+     RoPE in every self-attention (half of each head's features rotated by the patch's row,
+     half by its column; [CLS] not rotated)
   -> depth x [ X1 = X0 + MHSA(LN(X0));  X_out = X1 + MLP(LN(X1)) ]
   -> LN -> [CLS] token (or mean of patches) -> head      (B, num_classes)
 """
@@ -29,7 +31,7 @@ from tfam.config import (
     divisors,
 )
 from tfam.layers import PatchEmbed, TransformerStack, make_norm, resample_pos_embed
-from tfam.layers.position import build_position
+from tfam.layers.position import TokenPositions, build_position
 from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
@@ -43,7 +45,8 @@ class ViTConfig(BaseConfig):
     """
 
     family: ClassVar[str] = "vit"
-    # Every scheme that can index a patch grid: a "learned" table, fixed "sincos2d", "none".
+    # Every scheme that can index a patch grid: a "learned" table, fixed "sincos2d", 2-D
+    # axial "rope", "none".
     position_domains: ClassVar[tuple[str, ...]] = ("grid", "any")
 
     image_size: Any = 224  # int or (height, width)
@@ -118,7 +121,10 @@ class ViT(TfamModel):
         )
         self.pos_embed = self.position.make_table()  # (1, prefix + N, D) when learned
         self.pos_drop = nn.Dropout(c.dropout)
-        self.encoder = TransformerStack(c)
+        # The stack knows the grid: a scheme acting in attention (RoPE) indexes (row, column).
+        self.encoder = TransformerStack(
+            c, grid=self.patch_embed.grid_size, prefix=self.num_prefix_tokens
+        )
         self.norm = make_norm(c.norm, d, c.norm_eps) if c.final_norm else nn.Identity()
         if c.representation_size:
             self.pre_logits = nn.Sequential(nn.Linear(d, c.representation_size), nn.Tanh())
@@ -151,13 +157,22 @@ class ViT(TfamModel):
         on, a fixed one computed for the grid."""
         return self.position.values(grid, self.pos_embed)
 
+    def grid(self, x: Tensor) -> tuple[int, int]:
+        """The patch grid (gh, gw) of images x (B, C, H, W)."""
+        return (x.shape[-2] // self.config.patch_size[0], x.shape[-1] // self.config.patch_size[1])
+
+    def token_positions(self, x: Tensor) -> TokenPositions:
+        """Where the tokens of images x sit: [CLS] then the patches' (row, column), for the
+        schemes acting in attention (2-D RoPE)."""
+        return TokenPositions.on_grid(self.grid(x), self.num_prefix_tokens)
+
     def embed(self, x: Tensor) -> Tensor:
         """Patching, projection, +[CLS], +position. (B, C, H, W) -> (B, prefix + N, D).
 
         A learned table covers [CLS] too; fixed sine-cosine positions go to the patches only
         (the prefix rows of their table are zeros)."""
         tokens = self.patch_embed(x)  # (B, N, D)
-        grid = (x.shape[-2] // self.config.patch_size[0], x.shape[-1] // self.config.patch_size[1])
+        grid = self.grid(x)
         if self.cls_token is not None:
             tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
         return self.pos_drop(self.position.add(tokens, grid, self.pos_embed))
@@ -167,7 +182,9 @@ class ViT(TfamModel):
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """(B, C, H, W) -> tokens after the final norm (B, prefix + N, D)
         [, :class:`AttentionWeights`: "encoder", depth x (B, H, prefix + N, prefix + N)]."""
-        tokens, weights = self.encoder(self.embed(x), need_weights=return_attention)
+        tokens, weights = self.encoder(
+            self.embed(x), need_weights=return_attention, positions=self.token_positions(x)
+        )
         tokens = self.norm(tokens)
         if return_attention:
             return tokens, AttentionWeights("encoder", encoder=weights or [])
@@ -198,7 +215,7 @@ class ViT(TfamModel):
         dropout_active = self.training and (c.dropout > 0 or c.attn_dropout > 0)
         if return_attention or c.pool != "cls" or c.depth == 0 or dropout_active:
             return super().forward(x, return_attention=return_attention)
-        tokens, _ = self.encoder(self.embed(x), last_queries=1)
+        tokens, _ = self.encoder(self.embed(x), last_queries=1, positions=self.token_positions(x))
         return self.forward_head(self.norm(tokens))
 
     def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:

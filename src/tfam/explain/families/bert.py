@@ -46,10 +46,15 @@ class BertExplainer(FamilyExplainer):
             ExplainRow("+ segment", out, out, "L x D", "L x D", ex.claim("segment", emb.segments),
                        numel(out), note=f"add the row of each token's segment (S = "
                        f"{c.type_vocab_size} learned rows; sentence A = 0)"),
-            ExplainRow("+ position", out, out, "L x D", "L x D",
-                       ex.claim("position", emb.positions), numel(out),
-                       note=f"add the learned table's rows 0..L-1 (L = {self.tokens()})"),
         ]  # fmt: skip
+        if emb.position.acts == "tokens":
+            learned = emb.positions is not None
+            rows.append(
+                ExplainRow("+ position", out, out, "L x D", "L x D",
+                           ex.claim("position", emb.positions), numel(out),
+                           note=f"add the learned table's rows 0..L-1 (L = {self.tokens()})"
+                           if learned else emb.position.describe()),
+            )  # fmt: skip
         row = norm_row(ex, emb.norm, "", "embedding LN", "L")
         return [*rows, dataclasses.replace(row, note="normalise the summed embedding per token")]
 
@@ -101,13 +106,15 @@ class BertExplainer(FamilyExplainer):
         return rows
 
     def header(self, name: str) -> list[str]:
-        c, e = self.model.config, self.symbols()
+        m, c, e = self.model, self.model.config, self.symbols()
         norm = "pre" if c.norm_first else "post"
         return [
             f"{name}: BERT, batch size {self.batch}, head: {c.head}"
             + (" + pooler" if c.pooler and c.head != "sequence" else ""),
             f"{self.length_line('L')}, V = {e['V']} ids, S = {e['S']} segments"
-            + (f", K = {e['K']} labels" if c.head in ("token", "sequence") else ""),
+            + (f", K = {e['K']} labels" if c.head in ("token", "sequence") else "")
+            + ("" if c.position == "learned" else f", position: {c.position}")
+            + ("" if m.embed.position.acts == "tokens" else f" ({m.embed.position.describe()})"),
             f"D = {e['D']}, {c.depth} blocks ({norm}-norm), H = {e['H']} heads of "
             f"Dh = {e['Dh']}, F = ffn_dim = {e['F']} ({c.activation})",
         ]

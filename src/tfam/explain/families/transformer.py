@@ -52,6 +52,8 @@ class TransformerExplainer(FamilyExplainer):
             note=f"each id's row of the V x D = {c.vocab_size} x {c.dim} table{scale}"
             + ("; the table is the source's (shared)" if shared else ""),
         )  # fmt: skip
+        if embed.position.acts != "tokens":  # rope, alibi: the stacks' attention rows
+            return [lookup]
         position = ExplainRow(
             f"+ position ({side})", out, out, f"{L} x D", f"{L} x D",
             ex.claim(f"{side} position", embed.pos_embed, embed.position),
@@ -85,12 +87,14 @@ class TransformerExplainer(FamilyExplainer):
 
     def header(self, name: str) -> list[str]:
         c, e = self.model.config, self.symbols()
+        scheme = self.model.src_embed.position
         norm = "pre" if c.norm_first else "post"
         return [
             f"{name}: encoder-decoder Transformer, batch size {self.batch}",
             f"{self.length_line('Ls = Lt')}, V = {e['V']} ids "
             f"(embeddings {'shared' if c.share_embeddings else 'separate'}, output "
-            f"{'tied' if c.tie_output else 'untied'}), position: {c.position}",
+            f"{'tied' if c.tie_output else 'untied'}), position: {c.position}"
+            + ("" if scheme.acts == "tokens" else f" ({scheme.describe()})"),
             f"D = {e['D']}, {c.depth} encoder + {c.decoder_depth} decoder blocks ({norm}-norm), "
             f"H = {e['H']} heads of Dh = {e['Dh']}, F = ffn_dim = {e['F']} ({c.activation})",
         ]

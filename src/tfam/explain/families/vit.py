@@ -139,4 +139,9 @@ class ViTExplainer(FamilyExplainer):
             + f", position: {c.position}, pool: {c.pool}"
             + (f", R = {e['R']}" if c.representation_size else "")
             + (f", K = {e['K']} classes" if c.num_classes else ", no head (K = 0)"),
+            *(
+                []
+                if self.model.position.acts != "qk"
+                else [f"position: {self.model.position.describe()}"]
+            ),
         ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from tfam.config import POSITION_SCHEMES
 from tfam.training.tasks.base import (
     IGNORE_INDEX,
     Batch,
@@ -80,13 +81,18 @@ class CausalLM(TokenTask):
 
     def logits(self, model: nn.Module, batch: Batch) -> Tensor:
         ids = batch["input_ids"]
-        context = getattr(model_config(model), "max_positions", None)
-        if context is not None and ids.shape[1] > int(context):
+        config = model_config(model)
+        context = getattr(config, "max_positions", None)
+        # Only a learned table bounds the length: other schemes run past the context.
+        scheme = POSITION_SCHEMES.get(getattr(config, "position", ""))
+        bounded = getattr(scheme, "bounds_length", False)
+        if bounded and context is not None and ids.shape[1] > int(context):
             raise ValueError(
                 f"the causal-lm batch has {ids.shape[1]} input tokens per row (items of "
                 f"{ids.shape[1] + 1} ids), more than the model's context max_positions="
-                f"{int(context)}: make the dataset's context at most {int(context)} or build the "
-                f"model with max_positions >= {ids.shape[1]}"
+                f"{int(context)}, which bounds position={config.position!r}: make the dataset's "
+                f"context at most {int(context)}, build the model with max_positions >= "
+                f"{ids.shape[1]}, or use a position scheme that runs past it"
             )
         mask = batch.get("attention_mask")
         return (model(ids) if mask is None else model(ids, attention_mask=mask)).float()
