@@ -189,7 +189,9 @@ def attention_rows(
     # once. math forms all Lq x Lk; a causal sdpa or a local kernel fewer; a linear one O(L).
     kernel = mha.kernel
     cost = kernel.cost(nq, nk, dh, is_causal=causal)
-    pairs = round(cost.flops / (4 * dh))
+    additive = kernel.to_options().get("score") == "additive"
+    # Additive scores cost more than 4 Dh a pair (their cost() says so); math forms every pair.
+    pairs = nq * nk if additive else round(cost.flops / (4 * dh))
     n_scores = b * heads * pairs
     # Scores are held in at least float32 (softmax's precision), for each of the B x H heads.
     item = torch.promote_types(mha.out_proj.weight.dtype, torch.float32).itemsize
@@ -202,7 +204,7 @@ def attention_rows(
         "implementation; the source documents write sqrt(D))"
     )
     score_step, score_flops = "scores Q K^T / sqrt(Dh)", 2 * n_scores * dh + n_scores
-    if mha.kernel.to_options().get("score") == "additive":
+    if additive:
         da = mha.kernel.v_a.shape[-1]
         score_step = "scores v_a^T tanh(W_a q + U_a k)"
         # W_a q_i and U_a k_j once per query and key; per pair their sum, tanh, v_a^T.

@@ -634,22 +634,17 @@ class MathKernel(AttentionKernel):
         return out
 
     def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
-        """Dense attention's cost; additive scores replace the product q_i . k_j (2 Dh FLOPs a
-        pair) by W_a q_i and U_a k_j (2 Dh Da a query and a key), and per pair their sum, tanh
-        and v_a^T (8 Da: tanh counted as 5, as explain counts it); they hold Lq Lk Da elements
-        at once."""
-        dense = super().cost(lq, lk, head_dim, is_causal)
+        """Every (query, key) pair, causal or not: the formula forms all Lq x Lk scores and
+        masks them after. Additive scores replace the product q_i . k_j (2 Dh FLOPs a pair) by
+        W_a q_i and U_a k_j (2 Dh Da a query and a key), and per pair their sum, tanh and
+        v_a^T (8 Da: tanh counted as 5, as explain counts it); they hold Lq Lk Da elements."""
+        pairs = lq * lk
+        dense = AttentionCost(flops=4.0 * pairs * head_dim, score_elements=pairs)
         if self.options.score != "additive":
             return dense
         da = self.options.score_dim or head_dim
-        pairs = causal_pairs(lq, lk) if is_causal else lq * lk
         flops = dense.flops - 2.0 * pairs * head_dim + 2.0 * (lq + lk) * head_dim * da
-        return AttentionCost(flops=flops + 8.0 * pairs * da, score_elements=lq * lk * da)
-
-    def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
-        """Every (query, key) pair, causal or not: the formula forms all Lq x Lk scores and
-        masks them after (what explain has always counted for it)."""
-        return AttentionCost(flops=4.0 * lq * lk * head_dim, score_elements=lq * lk)
+        return AttentionCost(flops=flops + 8.0 * pairs * da, score_elements=pairs * da)
 
     def attend(self, q, k, v, mask, bias, is_causal, dropout_p, scale, need_weights):  # noqa: ANN001, ANN201
         normalizer = self.options.normalizer
