@@ -13,8 +13,10 @@ from tfam.layers.kernels import (
     math_attention,
     sdpa_attention,
 )
+from tfam.layers.linear_attention import LinearKernel, RunningSums, linear_attention
 from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask, window_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
+from tfam.layers.performer import PerformerKernel
 from tfam.layers.position import (
     ALiBi,
     PositionScheme,
@@ -45,6 +47,10 @@ __all__ = [
     "EncoderBlock",
     "FeedForward",
     "KVCache",
+    "LinearKernel",
+    "PerformerKernel",
+    "RunningSums",
+    "linear_attention",
     "LayerCache",
     "LayerNorm",
     "MultiHeadAttention",
