@@ -6,7 +6,9 @@
 
 Timing: one head, batch 1, float32, causal self-attention, the median of ``--repeats`` runs of
 forward + backward (after one warm-up), and the log-log slope of time against length from the
-first to the last length (1 = linear, 2 = quadratic).
+first to the last length (1 = linear, 2 = quadratic). Times are the process's CPU time, not
+wall time: on a shared machine the wall clock counts the other jobs too (run it with
+OMP_NUM_THREADS=1, or CPU time adds up the threads).
 
 ``--bound``: the largest |out - math| of each approximate kernel (default options) over
 ``--draws`` draws of each call the kernel contract makes (tests/layers/test_kernel_contract.py:
@@ -41,15 +43,15 @@ def time_call(name: str, n: int, dh: int, repeats: int) -> float:
     once()  # warm-up (and the performer draws its features)
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         once()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return statistics.median(times)
 
 
 def timing(lengths: list[int], dh: int, repeats: int, kernels: list[str]) -> None:
-    print(f"forward+backward, causal, B=1 H=1 Dh={dh}, float32, median of {repeats} "
-          f"({torch.get_num_threads()} threads)")  # fmt: skip
+    print(f"forward+backward, causal, B=1 H=1 Dh={dh}, float32, CPU time, median of "
+          f"{repeats} ({torch.get_num_threads()} threads)")  # fmt: skip
     print(f"{'kernel':<10}" + "".join(f"{n:>12}" for n in lengths) + f"{'slope':>8}")
     for name in kernels:
         ts = [time_call(name, n, dh, repeats) for n in lengths]
