@@ -13,9 +13,11 @@ from tfam.layers.kernels import (
     math_attention,
     sdpa_attention,
 )
+from tfam.layers.linear_attention import LinearKernel, RunningSums, linear_attention
 from tfam.layers.local import LocalKernel, local_attention
 from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask, window_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
+from tfam.layers.performer import PerformerKernel
 from tfam.layers.position import (
     ALiBi,
     AxialRotaryEmbedding,
@@ -57,6 +59,10 @@ __all__ = [
     "FeedForward",
     "GeneratedPosition",
     "KVCache",
+    "LinearKernel",
+    "PerformerKernel",
+    "RunningSums",
+    "linear_attention",
     "LayerCache",
     "LayerNorm",
     "LocalKernel",

@@ -288,8 +288,10 @@ class TransformerStack(nn.Module):
             blk.mhsa.qk_transform = scheme.qk_transform()
 
     def make_cache(self, max_len: int) -> StackCache:
-        """An empty cache for incremental decoding of up to ``max_len`` positions."""
-        return StackCache(len(self.blocks), max_len, cross=self.kind == "decoder")
+        """An empty cache for incremental decoding of up to ``max_len`` positions; each block's
+        self-attention cache is the one its kernel reads (``kernel.new_cache``)."""
+        caches = [blk.mhsa.kernel.new_cache(max_len) for blk in self.blocks]
+        return StackCache(len(self.blocks), max_len, self.kind == "decoder", caches)
 
     def forward(
         self,

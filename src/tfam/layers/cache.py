@@ -8,6 +8,8 @@ change while decoding, so :class:`CrossKV` computes them once per source.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
 
@@ -73,10 +75,13 @@ class CrossKV:
 
 
 class LayerCache:
-    """The caches of one block: its self-attention and, in a decoder block, its cross-attention."""
+    """The caches of one block: its self-attention and, in a decoder block, its cross-attention.
+    ``self_attn``: the cache the block's kernel reads (``kernel.new_cache(max_len)``: linear
+    attention keeps running sums); a :class:`KVCache` by default. Whatever it is, it has
+    ``length`` (positions seen), ``static = False`` and ``reorder(index)``."""
 
-    def __init__(self, max_len: int, cross: bool) -> None:
-        self.self_attn = KVCache(max_len)
+    def __init__(self, max_len: int, cross: bool, self_attn: Any = None) -> None:
+        self.self_attn = KVCache(max_len) if self_attn is None else self_attn
         self.cross_attn = CrossKV() if cross else None
 
     def reorder(self, index: Tensor) -> None:
@@ -86,11 +91,19 @@ class LayerCache:
 
 
 class StackCache:
-    """One :class:`LayerCache` per block of a stack; ``position`` = tokens seen so far."""
+    """One :class:`LayerCache` per block of a stack; ``position`` = tokens seen so far.
+    ``self_caches``: one self-attention cache per block (its kernel's), KVCaches by default."""
 
-    def __init__(self, depth: int, max_len: int, cross: bool = False) -> None:
+    def __init__(
+        self, depth: int, max_len: int, cross: bool = False, self_caches: list[Any] | None = None
+    ) -> None:
+        if self_caches is not None and len(self_caches) != depth:
+            raise ValueError(
+                f"self_caches has {len(self_caches)} caches; expected one per block ({depth})"
+            )
         self.max_len = max_len
-        self.layers = [LayerCache(max_len, cross) for _ in range(depth)]
+        caches = self_caches if self_caches is not None else [None] * depth
+        self.layers = [LayerCache(max_len, cross, c) for c in caches]
 
     @property
     def position(self) -> int:
