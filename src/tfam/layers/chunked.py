@@ -58,8 +58,9 @@ def _tile_scores(
     acc: torch.dtype,
 ) -> Tensor:
     """Scores of one tile (B, H, bq, bk) in ``acc``: (q * scale) K^T + bias, -inf where masked.
-    ``qs`` is already scaled; ``mask``/``bias`` are the tile's slices (or None)."""
-    s = torch.matmul(qs, k_t.transpose(-2, -1)).to(acc)
+    ``qs`` (already scaled) and ``k_t`` are in ``acc``, so the product is too; ``mask``/``bias``
+    are the tile's slices (or None)."""
+    s = torch.matmul(qs, k_t.transpose(-2, -1))
     if bias is not None:
         s = s + bias.to(acc)
     if mask is not None:
@@ -137,7 +138,10 @@ class _ChunkedAttention(torch.autograd.Function):
         acc = torch.promote_types(q.dtype, torch.float32)
         mask4, bias4 = _as_4d(mask, full), _as_4d(bias, full)
         offset = lk - lq
-        qs_all = q * scale  # scale Q first, as math does (float16 products overflow otherwise)
+        # Q, K and V in the accumulation dtype, once (O((Lq + Lk) Dh) memory): a bfloat16 tile
+        # product would round every score to 8 bits, which measured 3-7x sdpa's bfloat16 error
+        # (benchmarks/bench_precision.py). Q is scaled first, as math does.
+        qs_all, k_acc, v_acc = q.to(acc) * scale, k.to(acc), v.to(acc)
         out = torch.zeros(b, h, lq, v.shape[-1], dtype=acc, device=q.device)
         lse = torch.full((b, h, lq), float("-inf"), dtype=acc, device=q.device)
         for q0 in range(0, lq, block_q):
@@ -147,7 +151,7 @@ class _ChunkedAttention(torch.autograd.Function):
             l_sum = torch.zeros(b, h, q1 - q0, 1, dtype=acc, device=q.device)
             o = torch.zeros(b, h, q1 - q0, v.shape[-1], dtype=acc, device=q.device)
             for k0, k1, s in _key_tiles(
-                qs, k, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
+                qs, k_acc, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
             ):
                 m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
                 # While a row has seen no finite score its max is -inf: subtract 0 instead, so
@@ -156,7 +160,7 @@ class _ChunkedAttention(torch.autograd.Function):
                 p = torch.exp(s - m_safe)
                 alpha = torch.exp(m - m_safe)  # rescales what was summed under the old max
                 l_sum = alpha * l_sum + p.sum(dim=-1, keepdim=True)
-                o = alpha * o + torch.matmul(p, v[:, :, k0:k1].to(acc))
+                o = alpha * o + torch.matmul(p, v_acc[:, :, k0:k1])
                 m = m_new
             alive = l_sum > 0
             out[:, :, q0:q1] = torch.where(alive, o / torch.where(alive, l_sum, 1.0), 0.0)
@@ -176,7 +180,8 @@ class _ChunkedAttention(torch.autograd.Function):
         acc = torch.promote_types(q.dtype, torch.float32)
         mask4, bias4 = _as_4d(mask, full), _as_4d(bias, full)
         offset = lk - lq
-        qs_all = q * scale
+        # The forward's scores, recomputed from the same float32 (or float64) operands.
+        qs_all, k_acc, v_acc = q.to(acc) * scale, k.to(acc), v.to(acc)
         do = dout.to(acc)
         # D_i = sum_j P_ij dP_ij = dO_i . O_i: the softmax Jacobian's row term, per query.
         delta = (do * out.to(acc)).sum(dim=-1, keepdim=True)
@@ -194,15 +199,15 @@ class _ChunkedAttention(torch.autograd.Function):
             q1 = min(q0 + block_q, lq)
             qs = qs_all[:, :, q0:q1]
             for k0, k1, s in _key_tiles(
-                qs, k, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
+                qs, k_acc, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
             ):
                 p = torch.exp(s - lse_safe[:, :, q0:q1])
                 d_o = do[:, :, q0:q1]
                 dv[:, :, k0:k1] += torch.matmul(p.transpose(-2, -1), d_o)
-                dp = torch.matmul(d_o, v[:, :, k0:k1].to(acc).transpose(-2, -1))
+                dp = torch.matmul(d_o, v_acc[:, :, k0:k1].transpose(-2, -1))
                 ds = p * (dp - delta[:, :, q0:q1])  # gradient of the scores (and of the bias)
-                dq[:, :, q0:q1] += torch.matmul(ds, k[:, :, k0:k1].to(acc)) * scale
-                dk[:, :, k0:k1] += torch.matmul(ds.transpose(-2, -1), qs.to(acc))
+                dq[:, :, q0:q1] += torch.matmul(ds, k_acc[:, :, k0:k1]) * scale
+                dk[:, :, k0:k1] += torch.matmul(ds.transpose(-2, -1), qs)
                 if need_bias:
                     g = ds.sum(dim=sum_dims, keepdim=True) if sum_dims else ds
                     rq = slice(q0, q1) if bshape[2] != 1 else slice(0, 1)

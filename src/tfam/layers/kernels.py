@@ -378,9 +378,11 @@ def math_attention(
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     # Scores in at least float32 (bf16 scores lose the small weights); float64 stays float64.
+    # The product itself runs in it: a bfloat16 product rounds every score to 8 bits, which
+    # measured 3x sdpa's bfloat16 error at L = 256 (benchmarks/bench_precision.py).
     acc = torch.promote_types(q.dtype, torch.float32)
     # Scale Q first: in float16, Q K^T of large activations overflows before any later scale.
-    scores = torch.matmul(q * scale, k.transpose(-2, -1)).to(acc)
+    scores = torch.matmul(q.to(acc) * scale, k.to(acc).transpose(-2, -1))
     return scores_attention(scores, v, mask, bias, dropout_p, need_weights, is_causal, normalizer)
 
 
