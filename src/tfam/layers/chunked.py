@@ -13,7 +13,9 @@ matrix is ever made (unless the caller passes a full mask or bias, which is then
     -> out (B, H, Lq, Dh)
 
 The result equals ``math_attention``'s up to rounding (float64: ~1e-15). A row with no
-finite score has logsumexp -inf and yields zeros, forward and backward.
+finite score has logsumexp -inf and yields zeros, forward and backward. bfloat16 and float16
+inputs are cast to float32 once (Q, K, V: O((Lq + Lk) Dh) more memory), the tiles, sums and
+gradients are computed in float32, and the results are rounded to the inputs' dtype at the end.
 """
 
 from __future__ import annotations

@@ -20,7 +20,10 @@ head_dim=Dh)`` (MultiHeadAttention passes its own), so a kernel may size per-lay
 
 Conventions on every kernel: a query row with no finite score (every key masked, or a bias row
 of -inf) yields zeros, never NaN, forward and backward; Q is scaled by 1/sqrt(Dh) before the
-product, so float16 scores do not overflow first; softmax runs in at least float32.
+product, so float16 scores do not overflow first; softmax runs in at least float32. In
+bfloat16, an exact or pattern kernel's error against float64 ``math`` (under its pattern) stays
+within 2x ``sdpa``'s bfloat16 error, output and gradients (FlashAttention's rule,
+``tests/layers/test_precision.py``; ``benchmarks/bench_precision.py`` at full size, float16, CUDA).
 
 Every kernel declares what it is (class attributes, checked when it registers):
 
@@ -373,6 +376,9 @@ def math_attention(
     n (B, H, Lq, 1) the number of keys a query may attend (mask, causal, finite bias):
     ``softmax``; ``relu``: relu(s) / n (ReLU attention); ``sigmoid``: sigmoid(s - log n)
     (sigmoid attention). Masked keys weigh 0 under each; a row with no key is zero.
+
+    Low precision (bfloat16, float16): both products run in float32 on operands cast to it,
+    and the output is rounded to V's dtype at the end; returned weights are in V's dtype.
 
     Memory is O(Lq * Lk) per head: use ``sdpa`` for long sequences."""
     _check_mask(mask)
