@@ -96,6 +96,20 @@ def test_bfloat16_error_within_twice_sdpa(name: str, is_causal: bool, seed: int)
     check_rule(lambda q, k, v: kernel(q, k, v, is_causal=is_causal)[0], pattern, is_causal, seed)
 
 
+@pytest.mark.parametrize("name", CHECKED)
+def test_bfloat16_autocast_keeps_to_the_rule(name: str) -> None:
+    """Under bfloat16 autocast (``TrainConfig(precision="bf16")``), which casts float32
+    products back to bfloat16, the kernel's float32 products must stay float32."""
+    kernel = build_kernel(name, heads=H, head_dim=DH).to(LOW)
+    pattern = kernel.pattern_mask(L, L) if kernel.exactness == "pattern" else None
+
+    def autocast(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        with torch.autocast("cpu", dtype=LOW):
+            return kernel(q, k, v)[0]
+
+    check_rule(autocast, pattern, False, 0)
+
+
 @pytest.mark.parametrize("is_causal", [False, True], ids=["plain", "causal"])
 def test_chunked_keeps_to_the_rule_over_many_tiles(is_causal: bool) -> None:
     """Tiles of 16 queries x 4 keys: the online softmax, rescaled over 16 key tiles per row,

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from tfam.config import config_error
-from tfam.layers.kernels import AttentionKernel, _check_mask
+from tfam.layers.kernels import AttentionKernel, _check_mask, full_precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +174,13 @@ class _ChunkedAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:  # noqa: D102
+        # A backward called inside autocast would cast the float32 products too.
+        with full_precision(dout.device):
+            return _ChunkedAttention.tiled_backward(ctx, dout)
+
+    @staticmethod
+    def tiled_backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:
+        """dq, dk, dv (and dbias) tile by tile, from the saved logsumexp."""
         q, k, v, bias, mask, out, lse = ctx.saved_tensors
         is_causal, scale, block_q, block_k = ctx.opts
         b, h, lq, dh = q.shape
@@ -243,7 +250,9 @@ def chunked_attention(
     """Exact softmax(scale Q K^T + bias) V over tiles; out (B, H, Lq, Dh_v). See the module."""
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return _ChunkedAttention.apply(q, k, v, bias, mask, is_causal, scale, block_q, block_k)
+    # Autocast would cast the float32 tile products back to bfloat16.
+    with full_precision(q.device):
+        return _ChunkedAttention.apply(q, k, v, bias, mask, is_causal, scale, block_q, block_k)
 
 
 class ChunkedKernel(AttentionKernel):
