@@ -141,8 +141,8 @@ class _ChunkedAttention(torch.autograd.Function):
         mask4, bias4 = _as_4d(mask, full), _as_4d(bias, full)
         offset = lk - lq
         # Q, K and V in the accumulation dtype, once (O((Lq + Lk) Dh) memory): a bfloat16 tile
-        # product would round every score to 8 bits, which measured 3-7x sdpa's bfloat16 error
-        # (benchmarks/bench_precision.py). Q is scaled first, as math does.
+        # product would round every score to 8 bits, which measured 3.8-4.8x sdpa's bfloat16
+        # error (benchmarks/bench_precision.py, L = 256 and 1024). Q is scaled first, as math.
         qs_all, k_acc, v_acc = q.to(acc) * scale, k.to(acc), v.to(acc)
         out = torch.zeros(b, h, lq, v.shape[-1], dtype=acc, device=q.device)
         lse = torch.full((b, h, lq), float("-inf"), dtype=acc, device=q.device)

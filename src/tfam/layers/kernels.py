@@ -395,8 +395,9 @@ def math_attention(
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     # Scores in at least float32 (bf16 scores lose the small weights); float64 stays float64.
-    # The product itself runs in it: a bfloat16 product rounds every score to 8 bits, which
-    # measured 3x sdpa's bfloat16 error at L = 256 (benchmarks/bench_precision.py).
+    # The product itself runs in it: a bfloat16 product rounds every score to 8 bits (with the
+    # weights rounded too, below: 3.8-4.8x sdpa's bfloat16 error, benchmarks/bench_precision.py
+    # at L = 256 and 1024).
     acc = torch.promote_types(q.dtype, torch.float32)
     # Scale Q first: in float16, Q K^T of large activations overflows before any later scale.
     with full_precision(q.device):
@@ -453,9 +454,9 @@ def scores_attention(
     else:
         weights = _pointwise_weights(scores, mask, normalizer)
     # The weighted sum of V in the weights' dtype (at least float32), rounded to V's at the end:
-    # weights rounded to bfloat16 first measured up to 2.3x sdpa's bfloat16 error (L = 64,
-    # tests/layers/test_precision.py), and on the CPU the bfloat16 product was the slower one
-    # (112 against 9 ms, forward and backward, B=2, H=4, L=256, Dh=64, one thread).
+    # weights rounded to bfloat16 first measured up to 2.3x sdpa's bfloat16 error (the worst of
+    # 30 seeds at tests/layers/test_precision.py's size), and on the CPU the bfloat16 product
+    # was the slower one (112 against 9 ms, forward and backward, B=2, H=4, L=256, Dh=64).
     acc = torch.promote_types(weights.dtype, v.dtype)
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     with full_precision(v.device):
