@@ -3,7 +3,7 @@ precision, a kernel's error against a float64 reference stays within 2x torch's 
 (``sdpa``'s) in that precision.
 
     python benchmarks/bench_precision.py [--device cpu] [--dtypes bfloat16,float16]
-        [--lengths 256,1024] [--kernels math,chunked] [--causal] [--backward]
+        [--lengths 256,1024] [--kernels math,chunked] [--causal] [--backward] [--autocast]
         [--options '{"chunked": {"block_q": 128}}'] [--seed 0] [--threads N]
 
 On a GPU (torch built with CUDA): ``python benchmarks/bench_precision.py --device cuda``, then
@@ -24,6 +24,8 @@ rounded values, so an error is the computation's, not the inputs' rounding.
   v in the dtype, ``is_causal`` with ``--causal``;
 - sdpa in the dtype ("PyTorch's own error"), under the same pattern and causal mask, against
   ``math`` in float64 under that mask; and ``math`` in float32 against the same reference;
+- with ``--autocast``, the kernel is called under ``torch.autocast`` to the dtype (as in a
+  model trained with ``TrainConfig(precision="bf16")``), its inputs still in the dtype;
 - with ``--backward``, the gradients of q, k and v for one cotangent (standard normal, rounded
   to the dtype) too, one row each ("dq", "dk", "dv"), judged by the same rule.
 
@@ -32,7 +34,7 @@ exact or pattern kernel breaks it, or raises an error that is not a refusal; app
 kernels' verdicts are shown ("info") but do not set it. A kernel that refuses the call (a
 feature such as causal, or a dtype) is one "refused: <line>" row. An operation the device does
 not have for a dtype (float16 on some CPUs) is one "unsupported: <line>" row: when sdpa itself
-cannot run there, the row says so and nothing is judged. float16 on the CPU runs, slowly.
+cannot run there, the row says so and nothing is judged (torch 2.13 runs float16 on the CPU).
 """
 
 from __future__ import annotations
@@ -141,7 +143,9 @@ def measure(
 
         def fn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             torch.manual_seed(args.seed)  # the same draws in every precision
-            return module(q, k, v, is_causal=args.causal)[0]
+            # --autocast: as a model trained with TrainConfig(precision=...) calls it.
+            with torch.autocast(device.type, dtype=dt, enabled=args.autocast and dt != F64):
+                return module(q, k, v, is_causal=args.causal)[0]
 
         return fn
 
@@ -237,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", default="", help="kernel names (default: all registered)")
     parser.add_argument("--causal", action="store_true", help="is_causal=True")
     parser.add_argument("--backward", action="store_true", help="gradients of q, k, v too")
+    parser.add_argument(
+        "--autocast", action="store_true", help="call the kernel under autocast to the dtype"
+    )
     parser.add_argument("--options", default="{}", help='JSON {"kernel": {option: value}}')
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
@@ -269,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"torch {torch.__version__} on {where}{tf32}; B={B} H={H} Dh={DH} seed={args.seed}"
         f"{', causal' if args.causal else ''}{', forward+backward' if args.backward else ''}"
+        f"{', kernels under autocast' if args.autocast else ''}"
     )
     print(
         f"rule: max |kernel - reference| <= {RULE:g} x max |sdpa - math f64| in the same "
