@@ -13,7 +13,9 @@ matrix is ever made (unless the caller passes a full mask or bias, which is then
     -> out (B, H, Lq, Dh)
 
 The result equals ``math_attention``'s up to rounding (float64: ~1e-15). A row with no
-finite score has logsumexp -inf and yields zeros, forward and backward.
+finite score has logsumexp -inf and yields zeros, forward and backward. bfloat16 and float16
+inputs are cast to float32 once (Q, K, V: O((Lq + Lk) Dh) more memory), the tiles, sums and
+gradients are computed in float32, and the results are rounded to the inputs' dtype at the end.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 from torch import Tensor
 
 from tfam.config import config_error
-from tfam.layers.kernels import AttentionCost, AttentionKernel, _check_mask
+from tfam.layers.kernels import AttentionCost, AttentionKernel, _check_mask, full_precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +64,9 @@ def _tile_scores(
     acc: torch.dtype,
 ) -> Tensor:
     """Scores of one tile (B, H, bq, bk) in ``acc``: (q * scale) K^T + bias, -inf where masked.
-    ``qs`` is already scaled; ``mask``/``bias`` are the tile's slices (or None)."""
-    s = torch.matmul(qs, k_t.transpose(-2, -1)).to(acc)
+    ``qs`` (already scaled) and ``k_t`` are in ``acc``, so the product is too; ``mask``/``bias``
+    are the tile's slices (or None)."""
+    s = torch.matmul(qs, k_t.transpose(-2, -1))
     if bias is not None:
         s = s + bias.to(acc)
     if mask is not None:
@@ -141,7 +144,10 @@ class _ChunkedAttention(torch.autograd.Function):
         acc = torch.promote_types(q.dtype, torch.float32)
         mask4, bias4 = _as_4d(mask, full), _as_4d(bias, full)
         offset = lk - lq
-        qs_all = q * scale  # scale Q first, as math does (float16 products overflow otherwise)
+        # Q, K and V in the accumulation dtype, once (O((Lq + Lk) Dh) memory): a bfloat16 tile
+        # product would round every score to 8 bits, which measured 3.8-4.8x sdpa's bfloat16
+        # error (benchmarks/bench_precision.py, L = 256 and 1024). Q is scaled first, as math.
+        qs_all, k_acc, v_acc = q.to(acc) * scale, k.to(acc), v.to(acc)
         out = torch.zeros(b, h, lq, v.shape[-1], dtype=acc, device=q.device)
         lse = torch.full((b, h, lq), float("-inf"), dtype=acc, device=q.device)
         for q0 in range(0, lq, block_q):
@@ -151,7 +157,7 @@ class _ChunkedAttention(torch.autograd.Function):
             l_sum = torch.zeros(b, h, q1 - q0, 1, dtype=acc, device=q.device)
             o = torch.zeros(b, h, q1 - q0, v.shape[-1], dtype=acc, device=q.device)
             for k0, k1, s in _key_tiles(
-                qs, k, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
+                qs, k_acc, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
             ):
                 m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
                 # While a row has seen no finite score its max is -inf: subtract 0 instead, so
@@ -160,7 +166,7 @@ class _ChunkedAttention(torch.autograd.Function):
                 p = s.sub_(m_safe).exp_()  # in place: the tile's scores are not read again
                 alpha = torch.exp(m - m_safe)  # rescales what was summed under the old max
                 l_sum = alpha * l_sum + p.sum(dim=-1, keepdim=True)
-                o = alpha * o + torch.matmul(p, v[:, :, k0:k1].to(acc))
+                o = alpha * o + torch.matmul(p, v_acc[:, :, k0:k1])
                 m = m_new
             alive = l_sum > 0
             out[:, :, q0:q1] = torch.where(alive, o / torch.where(alive, l_sum, 1.0), 0.0)
@@ -172,6 +178,13 @@ class _ChunkedAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:  # noqa: D102
+        # A backward called inside autocast would cast the float32 products too.
+        with full_precision(dout.device):
+            return _ChunkedAttention.tiled_backward(ctx, dout)
+
+    @staticmethod
+    def tiled_backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:
+        """dq, dk, dv (and dbias) tile by tile, from the saved logsumexp."""
         q, k, v, bias, mask, out, lse = ctx.saved_tensors
         is_causal, scale, block_q, block_k = ctx.opts
         b, h, lq, dh = q.shape
@@ -180,7 +193,8 @@ class _ChunkedAttention(torch.autograd.Function):
         acc = torch.promote_types(q.dtype, torch.float32)
         mask4, bias4 = _as_4d(mask, full), _as_4d(bias, full)
         offset = lk - lq
-        qs_all = q * scale
+        # The forward's scores, recomputed from the same float32 (or float64) operands.
+        qs_all, k_acc, v_acc = q.to(acc) * scale, k.to(acc), v.to(acc)
         do = dout.to(acc)
         # D_i = sum_j P_ij dP_ij = dO_i . O_i: the softmax Jacobian's row term, per query.
         delta = (do * out.to(acc)).sum(dim=-1, keepdim=True)
@@ -198,16 +212,16 @@ class _ChunkedAttention(torch.autograd.Function):
             q1 = min(q0 + block_q, lq)
             qs = qs_all[:, :, q0:q1]
             for k0, k1, s in _key_tiles(
-                qs, k, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
+                qs, k_acc, mask4, bias4, is_causal, q0, q1, offset, block_k, acc
             ):
                 # In place on each tile's fresh buffers (scores, then dP): a tile is read once.
                 p = s.sub_(lse_safe[:, :, q0:q1]).exp_()
                 d_o = do[:, :, q0:q1]
                 dv[:, :, k0:k1] += torch.matmul(p.transpose(-2, -1), d_o)
-                dp = torch.matmul(d_o, v[:, :, k0:k1].to(acc).transpose(-2, -1))
+                dp = torch.matmul(d_o, v_acc[:, :, k0:k1].transpose(-2, -1))
                 ds = dp.sub_(delta[:, :, q0:q1]).mul_(p)  # gradient of the scores (and bias)
-                dq[:, :, q0:q1] += torch.matmul(ds, k[:, :, k0:k1].to(acc))
-                dk[:, :, k0:k1] += torch.matmul(ds.transpose(-2, -1), qs.to(acc))
+                dq[:, :, q0:q1] += torch.matmul(ds, k_acc[:, :, k0:k1])
+                dk[:, :, k0:k1] += torch.matmul(ds.transpose(-2, -1), qs)
                 if need_bias:
                     g = ds.sum(dim=sum_dims, keepdim=True) if sum_dims else ds
                     rq = slice(q0, q1) if bshape[2] != 1 else slice(0, 1)
@@ -242,7 +256,9 @@ def chunked_attention(
     """Exact softmax(scale Q K^T + bias) V over tiles; out (B, H, Lq, Dh_v). See the module."""
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return _ChunkedAttention.apply(q, k, v, bias, mask, is_causal, scale, block_q, block_k)
+    # Autocast would cast the float32 tile products back to bfloat16.
+    with full_precision(q.device):
+        return _ChunkedAttention.apply(q, k, v, bias, mask, is_causal, scale, block_q, block_k)
 
 
 class ChunkedKernel(AttentionKernel):

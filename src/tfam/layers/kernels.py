@@ -20,7 +20,10 @@ head_dim=Dh)`` (MultiHeadAttention passes its own), so a kernel may size per-lay
 
 Conventions on every kernel: a query row with no finite score (every key masked, or a bias row
 of -inf) yields zeros, never NaN, forward and backward; Q is scaled by 1/sqrt(Dh) before the
-product, so float16 scores do not overflow first; softmax runs in at least float32.
+product, so float16 scores do not overflow first; softmax runs in at least float32. In
+bfloat16, an exact or pattern kernel's error against float64 ``math`` (under its pattern) stays
+within 2x ``sdpa``'s bfloat16 error, output and gradients (FlashAttention's rule,
+``tests/layers/test_precision.py``; ``benchmarks/bench_precision.py`` at full size, float16, CUDA).
 
 Every kernel declares what it is (class attributes, checked when it registers):
 
@@ -37,6 +40,7 @@ Every kernel declares what it is (class attributes, checked when it registers):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from abc import ABC, abstractmethod
@@ -355,6 +359,16 @@ def _with_causal(mask: Tensor | None, lq: int, lk: int, device: torch.device) ->
     return causal if mask is None else mask & causal
 
 
+def full_precision(device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast off, where it is on, for the products a kernel runs in float32: autocast casts
+    a float32 product back to bfloat16, which rounds every score (math under bfloat16 autocast
+    measured 4.8x sdpa's error, and 10x its own time on the CPU: 524 against 48 ms, L = 256)."""
+    kind = device.type
+    if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
+        return torch.autocast(kind, enabled=False)
+    return contextlib.nullcontext()
+
+
 def math_attention(
     q: Tensor,
     k: Tensor,
@@ -374,13 +388,20 @@ def math_attention(
     ``softmax``; ``relu``: relu(s) / n (ReLU attention); ``sigmoid``: sigmoid(s - log n)
     (sigmoid attention). Masked keys weigh 0 under each; a row with no key is zero.
 
+    Low precision (bfloat16, float16): both products run in float32 on operands cast to it,
+    and the output is rounded to V's dtype at the end; returned weights are in V's dtype.
+
     Memory is O(Lq * Lk) per head: use ``sdpa`` for long sequences."""
     _check_mask(mask)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     # Scores in at least float32 (bf16 scores lose the small weights); float64 stays float64.
+    # The product itself runs in it: a bfloat16 product rounds every score to 8 bits (with the
+    # weights rounded too, below: 3.8-4.8x sdpa's bfloat16 error, benchmarks/bench_precision.py
+    # at L = 256 and 1024).
     acc = torch.promote_types(q.dtype, torch.float32)
     # Scale Q first: in float16, Q K^T of large activations overflows before any later scale.
-    scores = torch.matmul(q * scale, k.transpose(-2, -1)).to(acc)
+    with full_precision(q.device):
+        scores = torch.matmul(q.to(acc) * scale, k.to(acc).transpose(-2, -1))
     return scores_attention(scores, v, mask, bias, dropout_p, need_weights, is_causal, normalizer)
 
 
@@ -432,9 +453,15 @@ def scores_attention(
         weights = _softmax_weights(scores, mask, mask is not None or bias is not None)
     else:
         weights = _pointwise_weights(scores, mask, normalizer)
-    weights = weights.to(v.dtype)
+    # The weighted sum of V in the weights' dtype (at least float32), rounded to V's at the end:
+    # weights rounded to bfloat16 first measured up to 2.3x sdpa's bfloat16 error (the worst of
+    # 30 seeds at tests/layers/test_precision.py's size), and on the CPU the bfloat16 product
+    # was the slower one (112 against 9 ms, forward and backward, B=2, H=4, L=256, Dh=64).
+    acc = torch.promote_types(weights.dtype, v.dtype)
     attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return torch.matmul(attn, v), (weights if need_weights else None)
+    with full_precision(v.device):
+        out = torch.matmul(attn.to(acc), v.to(acc)).to(v.dtype)
+    return out, (weights.to(v.dtype) if need_weights else None)
 
 
 NORMALIZERS = ("softmax", "relu", "sigmoid")
@@ -733,6 +760,7 @@ __all__ = [
     "additive_scores",
     "build_kernel",
     "causal_pairs",
+    "full_precision",
     "math_attention",
     "register_kernel",
     "scores_attention",

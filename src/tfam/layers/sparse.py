@@ -30,7 +30,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tfam.config import config_error
-from tfam.layers.kernels import AttentionCost, AttentionKernel, _check_mask, math_attention
+from tfam.layers.kernels import (
+    AttentionCost,
+    AttentionKernel,
+    _check_mask,
+    full_precision,
+    math_attention,
+)
 from tfam.layers.masks import window_mask
 
 
@@ -140,6 +146,15 @@ def sparse_attention(
     module; causal is the plan's); out (B, H, Lq, Dh_v) and, with ``need_weights``, the dense
     weights (B, H, Lq, Lk)."""
     _check_mask(mask)
+    if q.dtype != torch.promote_types(q.dtype, torch.float32):
+        # bfloat16/float16 in: products and sums in float32, rounded once at the end
+        # (flash-attention's rule, tests/layers/test_precision.py).
+        acc = torch.promote_types(q.dtype, torch.float32)
+        with full_precision(q.device):
+            out, w = sparse_attention(
+                q.to(acc), k.to(acc), v.to(acc), plan, mask, bias, dropout_p, scale, need_weights
+            )
+        return out.to(q.dtype), (None if w is None else w.to(q.dtype))
     b, h, lq, dh = q.shape
     lk = k.shape[-2]
     if (lq, lk) != (plan.lq, plan.lk):
