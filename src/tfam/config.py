@@ -181,6 +181,7 @@ class BaseConfig:
         self.attention_options = check_attention(self.attention, self.attention_options)
         check_choice("position", self.position, self.position_names())
         POSITION_SCHEMES[self.position].check_config(self)
+        check_attention_position(self.attention, self.position)
         for name in ("norm_first", "qkv_bias", "fused_qkv"):
             check_bool(name, getattr(self, name))
         if not isinstance(self.init_std, int | float) or self.init_std <= 0:
@@ -278,6 +279,18 @@ def check_attention(name: Any, options: Any) -> dict[str, Any]:
     return ATTENTION_KERNELS[name].validate_options(options)
 
 
+def check_attention_position(attention: str, position: str) -> None:
+    """A position scheme that adds a bias to the scores (ALiBi, T5's relative bias) needs a
+    kernel that takes one: otherwise one ValueError line from the kernel's declaration, naming
+    both (``Kernel.refusal``), when the config is built, not at the first forward."""
+    scheme, kernel = POSITION_SCHEMES.get(position), ATTENTION_KERNELS.get(attention)
+    if scheme is None or kernel is None or scheme.acts != "scores":
+        return
+    refusal = kernel.refusal("bias")
+    if refusal:
+        raise ValueError(f"position={position!r} adds a bias to every score, but {refusal}")
+
+
 def config_class(family: str) -> type[BaseConfig]:
     """The config class registered for a family (families register when tfam is imported)."""
     if family not in _CONFIG_CLASSES:
@@ -293,6 +306,7 @@ __all__ = [
     "BaseConfig",
     "as_pair",
     "check_attention",
+    "check_attention_position",
     "check_bool",
     "check_choice",
     "check_fields",

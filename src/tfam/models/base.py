@@ -12,7 +12,7 @@ from typing import Any, ClassVar, overload
 import torch
 from torch import Tensor, nn
 
-from tfam.config import BaseConfig, check_attention
+from tfam.config import BaseConfig, check_attention, check_attention_position
 from tfam.fileio import atomic_write_bytes
 from tfam.layers.attention import MultiHeadAttention
 from tfam.layers.kernels import AttentionKernel
@@ -156,6 +156,7 @@ class TfamModel(nn.Module, ABC):
         the same; dropping them is a ValueError unless ``discard=True``
         (:meth:`MultiHeadAttention.set_kernel`)."""
         options = check_attention(attention, options)
+        check_attention_position(attention, self.config.position)
         # Every layer holds the same kernel, so a refusal comes from the first, before any
         # layer has switched.
         for m in self.modules():
