@@ -48,10 +48,21 @@ def test_explain_seq_len_on_the_command_line(cli) -> None:
     assert '"L": 64' in out
 
 
+def test_explain_past_the_context_without_a_table(cli) -> None:
+    """Only a learned table bounds the length: a RoPE GPT is explained at 4x its context."""
+    argv = ["explain", "gpt_char_small", "--set", "position=rope", "--seq-len", "512", "--json"]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    assert '"L": 512' in out
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["gpt_char_small", "--seq-len", "129"], "--seq-len 129 is invalid: expected an int from"),
+        (
+            ["gpt_char_small", "--seq-len", "129"],
+            "--seq-len 129 is invalid: the sequence of 129 tokens is longer than max_positions=128",
+        ),
         (["bert", "--seq-len", "0"], "--seq-len 0 is invalid"),
         (["vit_digits", "--seq-len", "16"], "--seq-len 16 is invalid: the 'vit' family reads"),
     ],

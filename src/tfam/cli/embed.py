@@ -97,18 +97,14 @@ def embed_texts(
 
     from tfam.models.bert import mean_pool
 
-    limit = int(model.config.max_positions)
     out = []
     with torch.inference_mode():
         for start in range(0, len(texts), batch_size):
             ids, mask = _batch_ids(tokenizer, texts[start : start + batch_size])
             lengths = mask.sum(dim=1).tolist()
             for k, n in enumerate(lengths):
-                if n > limit:
-                    raise ValueError(
-                        f"{names[start + k]} is {n} tokens long, but the model reads at most "
-                        f"max_positions={limit} tokens"
-                    )
+                # Only a learned position table bounds the length.
+                model.config.check_length(n, names[start + k])
             ids, mask = ids.to(device), mask.to(device)
             hidden = model.forward_features(ids, mask)
             out.append(mean_pool(hidden, mask).float().cpu())

@@ -18,6 +18,7 @@ from tfam.cli.common import (
     image_options,
     resolve_model,
 )
+from tfam.config import BaseConfig
 from tfam.runs import run_is_seq2seq
 
 EPILOG = """examples:
@@ -190,7 +191,8 @@ def predict_text(args: argparse.Namespace) -> int:
     tokenizer = load_run_tokenizer(run_dir, "predict (sentences to token ids)")
     device = device_from(args)
     model = resolve_model(args.dir, what="DIR", kinds=("dir",)).load(device).eval()
-    limit = int(config.max_positions)
+    # Only a learned position table bounds the length (config.check_length).
+    limit = model.config
     with torch.inference_mode():
         if trained.task == "token-classification":
             _print_tags(model, tokenizer, texts, names, classes, limit, device)
@@ -199,11 +201,9 @@ def predict_text(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_length(n: int, limit: int, name: str) -> None:
-    if n > limit:
-        raise ValueError(
-            f"{name} is {n} tokens long, but the model reads at most max_positions={limit} tokens"
-        )
+def _check_length(n: int, limit: BaseConfig, name: str) -> None:
+    """One line when ``name``'s ``n`` tokens pass a learned table's ``max_positions``."""
+    limit.check_length(n, name)
 
 
 def _print_classes(model, tokenizer, texts, names, classes, limit, device, top_k) -> None:  # noqa: ANN001
@@ -237,7 +237,7 @@ def _print_tags(
     texts: Sequence[str],
     names: Sequence[str],
     classes: Sequence[str],
-    limit: int,
+    limit: BaseConfig,
     device: Any,
 ) -> None:
     """Each sentence, then one line per word: the word, its tag (from its first piece) and the
