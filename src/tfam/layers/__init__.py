@@ -13,6 +13,7 @@ from tfam.layers.kernels import (
     math_attention,
     sdpa_attention,
 )
+from tfam.layers.lsh import LSHKernel, lsh_attention
 from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask, window_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
 from tfam.layers.position import (
@@ -47,6 +48,7 @@ __all__ = [
     "KVCache",
     "LayerCache",
     "LayerNorm",
+    "LSHKernel",
     "MultiHeadAttention",
     "PatchEmbed",
     "PatchMerging",
@@ -61,6 +63,7 @@ __all__ = [
     "causal_mask",
     "chunked_attention",
     "combine",
+    "lsh_attention",
     "make_norm",
     "math_attention",
     "pad_token_mask",
