@@ -173,10 +173,11 @@ def _plan(
     rotations = draw_rotations(q.shape[-1], n_buckets, rounds, seed) if n_buckets > 1 else None
     # Sort key: (bucket, position, kind); keys before queries at one position, so causal
     # self-attention finds its own key in the same or the previous chunk.
-    order = pos - pos.min()
+    lq, lk = q.shape[-2], k.shape[-2]
+    shift = max(0, lq - lk)  # positions start at min(0, Lk - Lq); known here, no device sync
+    order, span = pos + shift, lk + shift
     if not shared_qk:
-        order = 2 * order + kind.long()
-    span = int(order.max()) + 1
+        order, span = 2 * order + kind.long(), 2 * span
     perms, ranks, bucket_list = [], [], []
     with torch.no_grad():  # the hash is piecewise constant: no gradient flows through it
         for r in range(rounds):
