@@ -66,6 +66,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from tfam.config import config_error
 from tfam.layers.kernels import AttentionCost, AttentionKernel, _check_mask
@@ -240,27 +241,92 @@ def lsh_pattern(
     return found
 
 
-def _blocks(t: Tensor, n_chunks: int, size: int, fill: Any) -> Tensor:
-    """Sorted items (B, H, N, ...) padded with ``fill`` to whole chunks: (B, H, nC, C, ...)."""
+def _blocks(t: Tensor, n_chunks: int, size: int) -> Tensor:
+    """Sorted items (B, H, N, D) padded with zeros to whole chunks: (B, H, nC, C, D)."""
     pad = n_chunks * size - t.shape[2]
     if pad:
-        shape = (*t.shape[:2], pad, *t.shape[3:])
-        t = torch.cat([t, torch.full(shape, fill, dtype=t.dtype, device=t.device)], dim=2)
-    return t.reshape(*t.shape[:2], n_chunks, size, *t.shape[3:])
+        t = torch.cat([t, t.new_zeros(*t.shape[:2], pad, t.shape[3])], dim=2)
+    return t.reshape(*t.shape[:2], n_chunks, size, t.shape[3])
 
 
-def _window(t: Tensor, fill: Any) -> Tensor:
-    """Chunks (B, H, nC, C, ...) -> each chunk after the previous one (B, H, nC, 2C, ...); the
-    first chunk's previous is ``fill``. One chunk alone is its own window."""
-    if t.shape[2] == 1:
-        return t
-    first = torch.full_like(t[:, :, :1], fill)
-    return torch.cat([torch.cat([first, t[:, :, :-1]], dim=2), t], dim=3)
+def _previous(t: Tensor) -> Tensor:
+    """Each chunk's previous chunk (B, H, nC, C, D): zeros before the first."""
+    return torch.cat([torch.zeros_like(t[:, :, :1]), t[:, :, :-1]], dim=2)
 
 
 def _sorted(t: Tensor, perm: Tensor) -> Tensor:
     """Items (B, H, N, D) in the sorted order ``perm`` (B, H, N)."""
     return t.gather(2, perm[..., None].expand(*perm.shape, t.shape[-1]))
+
+
+# Item facts the chunks read (int64 channels of one tensor, gathered with each sort); then per
+# round r: the item's bucket and its place in round r's sort.
+_IS_QUERY, _IS_KEY, _POS, _ITEM, _ROUNDS = 0, 1, 2, 3, 4
+# Score entries (B x H x chunks x C x W) one group of chunks holds, forward and backward: small
+# enough to stay in a CPU's cache (time then grows with length as the work does); larger on a
+# GPU, where each group costs kernel launches.
+_GROUP_SCORES = {"cpu": 1 << 18}
+_GROUP_SCORES_OTHER = 1 << 24
+
+
+def _attend_chunks(
+    qc: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    mc: Tensor,
+    kp: Tensor | None,
+    vp: Tensor | None,
+    mp: Tensor | None,
+    c0: int,
+    r: int,
+    rounds: int,
+    is_causal: bool,
+    shared_qk: bool,
+) -> tuple[Tensor, Tensor]:
+    """Round ``r``'s attention in chunks c0.. of the sort: queries qc (B, H, g, C, Dh) over the
+    window of their chunk (kc, vc) after the previous one (kp, vp; None with a single chunk);
+    mc/mp the items' facts (B, H, g, C, M). -> (out (B, H, g, C, Dh_v), lse (B, H, g, C))."""
+    size = qc.shape[3]
+    kw = kc if kp is None else torch.cat([kp, kc], dim=3)  # (B, H, g, W, Dh)
+    vw = vc if vp is None else torch.cat([vp, vc], dim=3)
+    mw = mc if mp is None else torch.cat([mp, mc], dim=3)
+    mq, mk = mc[..., :, None, :], mw[..., None, :, :]  # (B, H, g, C, 1, M), (B, H, g, 1, W, M)
+    bucket = _ROUNDS + 2 * r
+    # Same bucket, a query row and a (kept) key column.
+    allowed = (mq[..., _IS_QUERY] & mk[..., _IS_KEY]).bool() & (mq[..., bucket] == mk[..., bucket])
+    if is_causal:
+        allowed = allowed & (mk[..., _POS] <= mq[..., _POS])
+        # Only the C sorted places ending at the query: fixed chunk boundaries would move when
+        # a later token changes bucket, and with them the keys an earlier query sees.
+        g = qc.shape[2]
+        place = (c0 + torch.arange(g, device=qc.device))[:, None] * size + torch.arange(
+            size, device=qc.device
+        )  # (g, C)
+        before = place if kp is None else torch.cat([place - size, place], dim=1)  # (g, W)
+        allowed = allowed & _near(place[:, :, None], before[:, None, :], size, True)
+    if shared_qk:  # a token's own key is left out (given back after the rounds if alone)
+        allowed = allowed & (mk[..., _ITEM] != mq[..., _ITEM])
+    scores = torch.matmul(qc, kw.transpose(-2, -1)).to(torch.promote_types(qc.dtype, torch.float32))
+    if rounds > 1:
+        # N_ij: rounds that put i and j in one bucket and one window; exp(s - log N) counts a
+        # pair found by several rounds once (Reformer appendix A).
+        found = torch.zeros_like(scores)
+        for other in range(rounds):
+            b_, p_ = _ROUNDS + 2 * other, _ROUNDS + 2 * other + 1
+            near = _near(mq[..., p_], mk[..., p_], size, is_causal)
+            found += (mq[..., b_] == mk[..., b_]) & near
+        scores = scores - found.clamp(min=1).log()
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    # exp(s - m), m the row's max (0 for a row with no key, whose weights are then all 0); m
+    # cancels out of both results, so it carries no gradient.
+    top = scores.amax(dim=-1, keepdim=True).detach()
+    weights = torch.exp(scores - top.masked_fill(torch.isneginf(top), 0.0))
+    total = weights.sum(dim=-1, keepdim=True)
+    alive = total > 0
+    safe = torch.where(alive, total, 1.0)
+    out = torch.matmul(weights.to(vw.dtype), vw) / safe.to(vw.dtype)
+    lse = torch.where(alive, top + torch.log(safe), float("-inf"))  # log sum_j exp(s_ij)
+    return out, lse.squeeze(-1)
 
 
 def lsh_attention(
@@ -276,7 +342,11 @@ def lsh_attention(
     seed: int = 0,
     shared_qk: bool = False,
 ) -> Tensor:
-    """Reformer's LSH attention; shapes and options as in the module. -> (B, H, Lq, Dh_v)."""
+    """Reformer's LSH attention; shapes and options as in the module. -> (B, H, Lq, Dh_v).
+
+    The chunks run in groups, each under activation checkpointing when gradients are wanted:
+    a group's scores are recomputed in backward, so memory is linear in the length and a
+    group's working set stays small (``_GROUP_SCORES``)."""
     _check_mask(mask)
     b, h, lq, dh = q.shape
     lk, dv = k.shape[-2], v.shape[-1]
@@ -287,71 +357,54 @@ def lsh_attention(
             f"tied keys are the queries: self-attention only (Lq = Lk), got Lq={lq}, Lk={lk}",
         )
     scale = 1.0 / math.sqrt(dh) if scale is None else scale
-    acc = torch.promote_types(q.dtype, torch.float32)
     plan = _plan(q, k, buckets, rounds, chunk, seed, shared_qk)
     keep = _key_keep(mask, b, h, lk)
     _, pos, kind = _items(q, k, shared_qk)
+    n, nc, size = plan.n, plan.n_chunks, plan.chunk
     # Items' query vectors (scaled first, as math does), key vectors, values and key flags.
     if shared_qk:
         xq, xk, xv = q * scale, F.normalize(q, dim=-1), v  # Reformer: k_j = q_j / |q_j|
-        is_key = torch.ones(b, h, lq, dtype=torch.bool, device=q.device)
+        is_key = torch.ones(b, h, n, dtype=torch.bool, device=q.device)
     else:
         xq = torch.cat([q * scale, q.new_zeros(b, h, lk, dh)], dim=2)
         xk = torch.cat([k.new_zeros(b, h, lq, dh), k], dim=2)
         xv = torch.cat([v.new_zeros(b, h, lq, dv), v], dim=2)
-        is_key = (~kind).expand(b, h, plan.n)
+        is_key = (~kind).expand(b, h, n)
     if keep is not None:
-        keep_items = keep if shared_qk else torch.cat([keep.new_ones(b, h, lq), keep], dim=2)
-        is_key = is_key & keep_items
-    nc, size = plan.n_chunks, plan.chunk
-    if is_causal:
-        # Only the C sorted places ending at a query: fixed chunk boundaries would move when a
-        # later token changes bucket, and with them the keys an earlier query sees.
-        slots = torch.arange(nc * size, device=q.device).view(1, 1, nc, size)  # sorted places
-        before = _window(slots, -size)  # (1, 1, nC, W); -size: no place before the first
-        sliding = _near(slots[..., :, None], before[..., None, :], size, True)  # (1, 1, nC, C, W)
+        is_key = is_key & (keep if shared_qk else torch.cat([keep.new_ones(b, h, lq), keep], 2))
+    facts = [kind.expand(b, h, n), is_key, pos.expand(b, h, n), torch.arange(n, device=q.device)
+             .expand(b, h, n)]  # fmt: skip
+    for bucket, rank in zip(plan.buckets, plan.ranks):
+        facts += [bucket, rank]
+    facts = torch.stack([f.long() for f in facts], dim=-1)  # (B, H, N, M)
+    window = 2 * size if nc > 1 else size
+    per_chunk = b * h * size * window
+    group = max(1, _GROUP_SCORES.get(q.device.type, _GROUP_SCORES_OTHER) // per_chunk)
+    checkpointing = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     outs, lses = [], []
     for r in range(rounds):
         perm = plan.perms[r]
-        qb = _blocks(_sorted(xq, perm), nc, size, 0.0)  # (B, H, nC, C, Dh)
-        kw = _window(_blocks(_sorted(xk, perm), nc, size, 0.0), 0.0)  # (B, H, nC, W, Dh)
-        vw = _window(_blocks(_sorted(xv, perm), nc, size, 0.0), 0.0)
-        row = _blocks(kind[perm], nc, size, False)  # (B, H, nC, C): a query sits here
-        col = _window(_blocks(is_key.gather(2, perm), nc, size, False), False)  # (.., W)
-        b_row = _blocks(plan.buckets[r].gather(2, perm), nc, size, -1)
-        # Same bucket, within the chunk or the previous one (the window).
-        same = b_row[..., :, None] == _window(b_row, -1)[..., None, :]
-        allowed = row[..., :, None] & col[..., None, :] & same
-        if is_causal:
-            p_row = _blocks(pos[perm], nc, size, 0)
-            allowed = allowed & (_window(p_row, 0)[..., None, :] <= p_row[..., :, None])
-            allowed = allowed & sliding
-        if shared_qk:
-            i_row = _blocks(perm, nc, size, -1)
-            allowed = allowed & (_window(i_row, -2)[..., None, :] != i_row[..., :, None])
-        scores = torch.matmul(qb, kw.transpose(-2, -1)).to(acc)
-        if rounds > 1:
-            # N_ij: rounds that put i and j in one bucket and one window; exp(s - log N)
-            # counts a pair found by several rounds once (Reformer appendix A).
-            found = torch.zeros(scores.shape, dtype=acc, device=q.device)
-            for bk, rk in zip(plan.buckets, plan.ranks):
-                bq = _blocks(bk.gather(2, perm), nc, size, -1)
-                rq = _blocks(rk.gather(2, perm), nc, size, 0)
-                near = _near(rq[..., :, None], _window(rq, 0)[..., None, :], size, is_causal)
-                found += (bq[..., :, None] == _window(bq, -1)[..., None, :]) & near
-            scores = scores - found.clamp(min=1).log()
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        # A row with no key in its window: a constant row, zero weights (finite both ways).
-        dead = ~allowed.any(dim=-1, keepdim=True)
-        scores = scores.masked_fill(dead, 0.0)
-        lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-        weights = torch.exp(scores - lse).masked_fill(dead, 0.0)
-        out = torch.matmul(weights.to(v.dtype), vw)  # (B, H, nC, C, Dh_v)
-        lse = lse.masked_fill(dead, float("-inf"))
+        blocks = [_blocks(_sorted(t, perm), nc, size) for t in (xq, xk, xv, facts)]
+        if nc > 1:
+            blocks += [_previous(t) for t in blocks[1:]]
+        # Split once (a slice per group would cost its backward a zero tensor of full size).
+        pieces = list(zip(*(torch.split(t, group, dim=2) for t in blocks)))
+        out_r, lse_r = [], []
+        for i, args in enumerate(pieces):
+            if nc == 1:
+                args = (*args, None, None, None)
+            opts = (i * group, r, rounds, is_causal, shared_qk)
+            if checkpointing:
+                o, z = checkpoint(_attend_chunks, *args, *opts, use_reentrant=False)
+            else:
+                o, z = _attend_chunks(*args, *opts)
+            out_r.append(o)
+            lse_r.append(z)
         # Back to item order; the first Lq items are the queries.
         rank = plan.ranks[r]
-        out = out.reshape(b, h, nc * size, dv).gather(2, rank[..., None].expand(b, h, plan.n, dv))
-        lse = lse.reshape(b, h, nc * size).gather(2, rank)
+        out = torch.cat(out_r, dim=2).reshape(b, h, nc * size, dv)
+        out = out.gather(2, rank[..., None].expand(b, h, n, dv))
+        lse = torch.cat(lse_r, dim=2).reshape(b, h, nc * size).gather(2, rank)
         outs.append(out[:, :, :lq])
         lses.append(lse[:, :, :lq])
     if rounds == 1:
