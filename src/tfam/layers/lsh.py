@@ -7,24 +7,29 @@ keys that an angular locality-sensitive hash puts in its bucket:
 
 Queries and keys are sorted by (bucket, position) and the sorted sequence is cut into chunks; a
 query attends to the keys of its bucket within its own chunk and the previous one (the first
-chunk has none before it), so the scores held are rounds x n x 2 chunk, never (Lq, Lk).
-
-**Causal** masks the keys after the query's position and, unlike Reformer, narrows the window
-to the C sorted places ending at the query (C items per chunk; a sliding window, still inside
-the chunk and the previous one). With fixed chunks, a later token that changes bucket shifts
-every chunk boundary after it in the sort and so changes which earlier keys an earlier query
-sees: its output then depends on the future. Between a query and an earlier key of its bucket
-the sort holds only tokens of that bucket between their positions, so the sliding window
-depends on the past alone (tests/layers/test_lsh.py changes future tokens and checks it). Several
-``rounds`` of hashing, each with its own rotation, are combined by their logsumexp weights
-(Reformer eq. 4 and appendix A): round r gives o_r and z_r = logsumexp of its scores, and
+chunk has none before it), so the scores computed are rounds x n x 2 chunk, never (Lq, Lk).
+Several ``rounds`` of hashing, each with its own rotation, are combined by their logsumexp
+weights (Reformer eq. 4 and appendix A): round r gives o_r and z_r = logsumexp of its scores,
 
     o = sum_r exp(z_r - logsumexp_r z_r) o_r.
 
 A pair found by several rounds has its score lowered by log N_ij (N_ij: the rounds in which
-query i and key j share a bucket and a chunk window), so the result is exactly softmax
-attention over the union of the pairs any round found: ``lsh_attention`` equals
-``math_attention`` under the mask :func:`lsh_pattern` (tests/layers/test_lsh.py checks it).
+query i and key j share a bucket and a window), so the result is exactly softmax attention over
+the union of the pairs any round found: ``lsh_attention`` equals ``math_attention`` under the
+mask :func:`lsh_pattern` (tests/layers/test_lsh.py checks it, forward and gradients).
+
+**Causal** masks the keys after the query's position and, unlike Reformer, narrows the window
+to the C sorted places ending at the query (C items per chunk: a sliding window, inside the
+chunk and the previous one). With fixed chunks, a later token that changes bucket shifts every
+chunk boundary after it in the sort and so changes which earlier keys an earlier query sees:
+its output then depends on the future. Between a query and an earlier key of its bucket the
+sort holds only tokens of that bucket between their positions, so the sliding window depends
+on the past alone (the tests redraw later tokens and check it).
+
+**Memory and time.** The chunks run in groups of about ``_GROUP_SCORES`` score entries, each
+under activation checkpointing when gradients are wanted: backward recomputes a group's
+scores, so what autograd keeps is linear in the length, and a group's working set fits a
+CPU's cache, so time grows with the work (O(n chunk) for the chunks, O(n log n) for the sort).
 
 **Queries and keys.** Reformer ties the keys to the queries (k_j = q_j / |q_j|, one shared
 projection), so that a token and its key always share a bucket and a chunk. A kernel here
@@ -46,8 +51,8 @@ is not masked).
 chunks (the Reformer implementations' choice: buckets of about chunk/2 tokens), and 1 (no
 hashing) when everything fits in one chunk: then lsh equals math up to rounding, as in the
 kernel contract's tiny shapes. More than 64 buckets are hashed as a product of two rotations
-(b = b1 x b2, bucket = h1 x b2 + h2; trax's factorised hashing), so hashing costs O(n sqrt(b)
-Dh), not O(n b Dh). The rotations are drawn from a ``torch.Generator`` seeded by ``seed``, in
+(b = b1 x b2, bucket = h1 x b2 + h2, as trax and transformers do for a list of bucket counts),
+so hashing costs O(n sqrt(b) Dh), not O(n b Dh). The rotations are drawn from a ``torch.Generator`` seeded by ``seed``, in
 float64 on the CPU, round by round: fixed for the kernel, equal across calls, devices and
 dtypes, and the first r rounds of a kernel with more rounds are the rounds of one with r.
 
