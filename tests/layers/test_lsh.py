@@ -275,13 +275,15 @@ def test_the_hash_is_angular(buckets: int) -> None:
 
 
 def test_cost_is_linear_in_length() -> None:
-    """Scores held: rounds x chunks x C x 2C (C = 2 chunk items), linear in n; dense is n^2."""
+    """Flops: rounds x chunks x C x 2C scores (C = 2 chunk items) and the hashing, linear in n
+    but for the hashing's sqrt(buckets); dense is n^2. Scores held: one group at a time."""
     kernel = build_kernel("lsh", {"rounds": 2})
-    cost = kernel.cost(300, 300, 64)  # 600 items, chunks of 128: 5 chunks
-    assert cost.score_elements == 2 * 5 * 128 * 256
+    cost = kernel.cost(300, 300, 64)  # 600 items, chunks of 128: 5 chunks, 8 buckets
+    assert cost.flops == 4.0 * 2 * 5 * 128 * 256 * 64 + 2 * 600 * 64 * 8
+    assert cost.score_elements == 5 * 128 * 256  # one round's chunks, one group on the CPU
     short, long = kernel.cost(4096, 4096, 64), kernel.cost(65536, 65536, 64)
-    assert long.score_elements == 16 * short.score_elements
     assert 16 <= long.flops / short.flops < 20  # the hashing grows as n sqrt(n)
+    assert long.score_elements == short.score_elements == lsh_module._GROUP_SCORES["cpu"]
     dense = build_kernel("math").cost(65536, 65536, 64)
     assert long.flops < dense.flops / 50  # measured: 1/58 with two rounds
 

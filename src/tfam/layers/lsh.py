@@ -476,8 +476,10 @@ class LSHKernel(AttentionKernel):
             raise config_error("attention_options.shared_qk", value, "expected true or false")
 
     def cost(self, lq: int, lk: int, head_dim: int, is_causal: bool = False) -> AttentionCost:
-        """Per round, the chunk windows' scores (n/C chunks x C x 2C) and the hashing; causal
-        masks inside the windows, so it computes as many."""
+        """Flops: per round, the chunk windows' scores (n/C chunks x C x W, W = 2C past one
+        chunk) and the hashing; causal masks inside the windows, so it computes as many.
+        Scores held: one group of chunks of one round at a time (the CPU's group size: a GPU's
+        groups are larger); what grows with length in memory is the O(n Dh) sorted copies."""
         o = self.options
         n = lq if o.shared_qk else lq + lk
         size = min(o.chunk if o.shared_qk else 2 * o.chunk, n)
@@ -486,7 +488,10 @@ class LSHKernel(AttentionKernel):
         window = 2 * size if n_chunks > 1 else size
         scores = o.rounds * n_chunks * size * window
         hashing = 0 if buckets == 1 else o.rounds * n * head_dim * sum(bucket_factors(buckets))
-        return AttentionCost(flops=4.0 * scores * head_dim + hashing, score_elements=scores)
+        group = min(n_chunks, max(1, _GROUP_SCORES["cpu"] // (size * window)))
+        return AttentionCost(
+            flops=4.0 * scores * head_dim + hashing, score_elements=group * size * window
+        )
 
     def attend(
         self,
