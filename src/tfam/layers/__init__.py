@@ -15,6 +15,7 @@ from tfam.layers.kernels import (
 )
 from tfam.layers.linear_attention import LinearKernel, RunningSums, linear_attention
 from tfam.layers.local import LocalKernel, local_attention
+from tfam.layers.lsh import LSHKernel, lsh_attention
 from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask, window_mask
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
 from tfam.layers.performer import PerformerKernel
@@ -67,6 +68,7 @@ __all__ = [
     "LayerNorm",
     "LocalKernel",
     "LongformerKernel",
+    "LSHKernel",
     "MultiHeadAttention",
     "PatchEmbed",
     "PatchMerging",
@@ -84,6 +86,7 @@ __all__ = [
     "chunked_attention",
     "combine",
     "local_attention",
+    "lsh_attention",
     "make_norm",
     "math_attention",
     "pad_token_mask",
