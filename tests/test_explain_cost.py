@@ -81,3 +81,24 @@ def test_a_kernel_that_computes_fewer_pairs_shows_fewer_flops() -> None:
     dense = explain("vit", batch_size=b, attention="math", **VIT)
     assert table.total_flops < dense.total_flops
     assert "holds 14 score entries per head" in rows(table)["MHSA"].note
+
+
+BUILT_IN = sorted(k for k in KERNELS if k != ToyLocalKernel.name)
+
+
+@pytest.mark.parametrize("family,overrides", [("vit", VIT), ("gpt", GPT)])
+@pytest.mark.parametrize("kernel", BUILT_IN)
+def test_every_kernel_is_explained_from_its_cost(family, overrides, kernel):
+    """Every registered kernel is explained (those that never form weights too: the trace then
+    runs the plain forward), its attention row's score FLOPs are its cost()'s pairs, and the
+    parameter total is the real count."""
+    model = tfam.create_model(family, attention=kernel, **overrides)
+    table = explain(model)
+    assert table.total_params == sum(p.numel() for p in model.parameters())
+    c = model.config
+    n = table.symbols["N"] + 1 if family == "vit" else c.max_positions
+    mha = next(m for m in model.modules() if isinstance(m, tfam.layers.MultiHeadAttention))
+    cost = mha.kernel.cost(n, n, c.head_dim, is_causal=family == "gpt")
+    pairs = round(cost.flops / (4 * c.head_dim))
+    softmax = next(r for r in table.rows if r.block == "1" and r.step == "softmax")
+    assert softmax.flops == FLOPS_PER_ELEMENT["softmax"] * c.heads * pairs

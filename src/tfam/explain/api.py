@@ -15,12 +15,21 @@ from tfam.explain.blocks import stack_rows
 from tfam.explain.bricks import Explainer
 from tfam.explain.table import BLOCK_MODES, FLOP_NOTE, ExplainRow, ExplainTable
 from tfam.explain.trace import meta_copy, size_guard, trace
-from tfam.layers import TransformerStack
+from tfam.layers import MultiHeadAttention, TransformerStack
 from tfam.models.base import CONFIG_NAME, MODEL_CLASSES, TfamModel
 
 # One element of the batch, for the totals line ("FLOPs per sequence"), by what the model reads
 # (``TfamModel.inputs``); a family explainer may name its own in ``sample``.
 SAMPLES = {"image": "image", "tokens": "sequence", "token-pairs": "source-target pair"}
+
+
+def forms_weights(module: nn.Module) -> bool:
+    """Whether every attention kernel in ``module`` can return its weights."""
+    return not any(
+        "need_weights" in m.kernel.refuses
+        for m in module.modules()
+        if isinstance(m, MultiHeadAttention)
+    )
 
 
 class FamilyExplainer(ABC):
@@ -57,6 +66,12 @@ class FamilyExplainer(ABC):
             )
         self.model, self.batch, self.seq_len = model, batch_size, seq_len
         self.sample = self.sample or SAMPLES.get(type(model).inputs, "sample")
+
+    def attention_kwargs(self) -> dict[str, Any]:
+        """``return_attention=True`` (every block runs over every token, ViT's last block
+        included), unless a kernel of the model never forms weights (chunked, linear,
+        performer, lsh): the trace then runs the plain forward."""
+        return {"return_attention": True} if forms_weights(self.model) else {}
 
     def tokens(self) -> int:
         """L, the sequence length of the table: ``seq_len`` when given, else the context."""
@@ -288,7 +303,7 @@ def explain_stack(
     L, d = ("Lt" if decoder else "L"), first.mhsa.dim
     env = {L: seq_len, "D": d, "H": first.mhsa.heads, "Dh": first.mhsa.head_dim}
     env["F"] = first.mlp.fc2.in_features
-    kwargs: dict[str, Tensor | bool] = {"need_weights": True}
+    kwargs: dict[str, Tensor | bool] = {"need_weights": forms_weights(stack)}
     with size_guard("the example input"):
         x = torch.empty(batch_size, seq_len, d, device="meta")
         if decoder:

@@ -128,7 +128,9 @@ class _Plan:
             dead = ~allowed.any(dim=-1, keepdim=True)
             neg = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
             neg = neg.masked_fill(~allowed & ~dead, float("-inf"))
-            alive = (~dead).to(dtype) if bool(dead.any()) else None
+            # On the meta device (explain's trace) nothing can be read: keep the factor.
+            meta = allowed.device.type == "meta"
+            alive = (~dead).to(dtype) if meta or bool(dead.any()) else None
             self._additive[(i, dtype)] = (neg, alive)
         return self._additive[(i, dtype)]
 
@@ -305,6 +307,8 @@ def local_attention(
     if not need_weights:
         return out, None
     dense = q.new_zeros(q.shape[0], q.shape[1], lq, lk)
+    if q.device.type == "meta":  # explain's trace: shapes only, nothing to scatter
+        return out, dense
     for (qidx, kidx, allowed), w in zip(plan.blocks, kept, strict=True):
         # Each (query, key) pair is in at most one block: scattering back overwrites nothing.
         gi, ti, si = allowed.nonzero(as_tuple=True)

@@ -213,7 +213,10 @@ class ViT(TfamModel):
         """
         c = self.config
         dropout_active = self.training and (c.dropout > 0 or c.attn_dropout > 0)
-        if return_attention or c.pool != "cls" or c.depth == 0 or dropout_active:
+        # On the meta device (explain's trace, which may not ask for weights from a kernel
+        # that never forms them) every row runs: the table describes every block in full.
+        full = return_attention or x.device.type == "meta"
+        if full or c.pool != "cls" or c.depth == 0 or dropout_active:
             return super().forward(x, return_attention=return_attention)
         tokens, _ = self.encoder(self.embed(x), last_queries=1, positions=self.token_positions(x))
         return self.forward_head(self.norm(tokens))

@@ -33,7 +33,7 @@ class BertExplainer(FamilyExplainer):
         c = self.model.config
         # Real ids (the model checks their range), no padding; the lookups run on meta weights.
         ids = torch.full((self.batch, self.tokens()), (c.pad_token_id + 1) % c.vocab_size)
-        return (ids,), {"return_attention": True}
+        return (ids,), self.attention_kwargs()
 
     def embedding_rows(self, ex: Explainer) -> list[ExplainRow]:
         m, c = self.model, self.model.config

@@ -32,7 +32,7 @@ class GPTExplainer(FamilyExplainer):
         # Real ids (the model checks their range) over L tokens, no padding; the lookups run
         # on meta weights like everything else.
         ids = torch.zeros(self.batch, self.tokens(), dtype=torch.long)
-        return (ids,), {"return_attention": True}
+        return (ids,), self.attention_kwargs()
 
     def embedding_rows(self, ex: Explainer) -> list[ExplainRow]:
         m, c = self.model, self.model.config

@@ -38,7 +38,7 @@ class TransformerExplainer(FamilyExplainer):
         # out. The embedding lookups run on meta weights like everything else.
         real = (c.pad_token_id + 1) % c.vocab_size
         ids = torch.full((self.batch, self.tokens()), real, dtype=torch.long)
-        return (ids, ids.clone()), {"return_attention": True}
+        return (ids, ids.clone()), self.attention_kwargs()
 
     def _embedding(self, ex: Explainer, embed: nn.Module, side: str, L: str) -> list[ExplainRow]:
         call, c = ex.trace.call(embed), self.model.config

@@ -49,7 +49,7 @@ class ViTExplainer(FamilyExplainer):
         image = torch.empty(self.batch, c.in_channels, *c.image_size, device="meta")
         # return_attention=True runs the whole computation the table describes: every block
         # over every token (a plain forward skips the last block's non-[CLS] rows).
-        return (image,), {"return_attention": True}
+        return (image,), self.attention_kwargs()
 
     def embedding_rows(self, ex: Explainer) -> list[ExplainRow]:
         m, t, L = self.model, ex.trace, self.length
