@@ -25,5 +25,7 @@ def test_bad_heads_for_a_huge_dim_is_reported_at_once():
 
 def test_position_must_be_one_the_family_implements():
     assert BaseConfig(dim=8, heads=2, position="rope").position == "rope"
-    with pytest.raises(ValueError, match=r"position='rope' is invalid: expected one of 'learned'"):
-        ViTConfig(position="rope")
+    # ViT takes RoPE (2-D on its patch grid) but no 1-D score bias.
+    assert ViTConfig(position="rope").position == "rope"
+    with pytest.raises(ValueError, match=r"position='alibi' is invalid: expected one of 'learned'"):
+        ViTConfig(position="alibi")
