@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from tfam.layers.cache import StackCache
+from tfam.layers.kernels import AttentionKernel
 from tfam.layers.position import PositionScheme
 
 
@@ -155,8 +156,13 @@ class GenerationMixin(ABC):
         """Whether a KV cache can continue this model's decoding: False when one of its
         position schemes reads the tokens before the new ones (``incremental = False``, a
         recurrent position network); ``generate`` then re-encodes the sequence at every step,
-        as with ``use_cache=False``."""
-        modules = self.modules() if isinstance(self, torch.nn.Module) else ()
+        as with ``use_cache=False``. Likewise when an attention kernel refuses a cache (``lsh``:
+        re-sorting every key at each step would cost O(n log n) a token)."""
+        modules = list(self.modules()) if isinstance(self, torch.nn.Module) else []
+        if any(
+            "cache" in getattr(m, "refuses", {}) for m in modules if isinstance(m, AttentionKernel)
+        ):
+            return False
         return all(m.incremental for m in modules if isinstance(m, PositionScheme))
 
     def decoding_context(self) -> AbstractContextManager[None]:

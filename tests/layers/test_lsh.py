@@ -309,3 +309,19 @@ def test_memory_held_for_backward_is_linear_in_length() -> None:
     (short, _), (long, largest) = saved(512), saved(2048)
     assert long < 5 * short, (short, long)
     assert largest < 2048 * 2048 // 16, largest
+
+
+def test_generation_with_lsh_re_encodes_instead_of_caching() -> None:
+    """lsh refuses a KV cache, so generate decodes by re-encoding (as use_cache=False) rather
+    than failing at the first cached step."""
+    import tfam
+
+    torch.manual_seed(0)
+    model = tfam.create_model(
+        "gpt", dim=16, depth=2, heads=2, vocab_size=32, max_positions=64, attention="lsh"
+    ).eval()
+    assert not model.decodes_from_cache()
+    ids = torch.randint(0, 32, (2, 5))
+    cached = model.generate(ids, max_new_tokens=8, use_cache=True)
+    plain = model.generate(ids, max_new_tokens=8, use_cache=False)
+    assert torch.equal(cached, plain) and cached.shape == (2, 13)
