@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-import tfam  # noqa: F401  (registers the kernels)
+import tfam  # registers the kernels
 import tfam.layers.lsh as lsh_module
 from tfam.layers.kernels import KERNELS, build_kernel, math_attention
 from tfam.layers.lsh import draw_rotations, lsh_attention, lsh_hash, lsh_pattern
@@ -314,8 +314,6 @@ def test_memory_held_for_backward_is_linear_in_length() -> None:
 def test_generation_with_lsh_re_encodes_instead_of_caching() -> None:
     """lsh refuses a KV cache, so generate decodes by re-encoding (as use_cache=False) rather
     than failing at the first cached step."""
-    import tfam
-
     torch.manual_seed(0)
     model = tfam.create_model(
         "gpt", dim=16, depth=2, heads=2, vocab_size=32, max_positions=64, attention="lsh"
