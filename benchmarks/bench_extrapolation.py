@@ -177,7 +177,7 @@ def main() -> None:
         if args.train_only:
             continue
         nats = evaluate(run, lengths, args.eval_chars)
-        steps = json.loads((run / "results.json").read_text()).get("global_step")
+        steps = json.loads((run / "results.json").read_text()).get("steps")
         results[scheme] = {"nats": nats, "train_seconds": seconds, "steps": steps}
         args.out.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(results, indent=1))
