@@ -35,7 +35,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from tfam.config import check_choice
 from tfam.layers.chunked import chunked_attention
-from tfam.layers.kernels import AttentionKernel, _check_mask, full_precision
+from tfam.layers.kernels import AttentionKernel, _check_mask, full_precision, math_attention
 
 COMPILE = ("auto", "always", "never")
 
@@ -160,6 +160,9 @@ class FlexKernel(AttentionKernel):
         mode = self.options.compile
         cuda = q.device.type == "cuda"
         compiled = mode == "always" or (mode == "auto" and cuda)
+        if q.device.type == "meta":
+            # Shapes only (explain runs the model on the meta device): FlexAttention refuses it.
+            return math_attention(q, k, v, mask, bias, scale=scale, is_causal=is_causal)[0], None
         if cuda:
             return flex_call(q, k, v, mask, bias, is_causal, scale, compiled), None
         needs_grad = torch.is_grad_enabled() and any(
