@@ -169,13 +169,27 @@ def test_compile_option_is_checked() -> None:
         build_kernel("flex", {"compile": "sometimes"})
 
 
+def test_float64_runs_eagerly_even_when_compile_is_asked(calls: dict[str, int]) -> None:
+    """Compiled FlexAttention refuses float64 (the reference dtype): it runs eagerly."""
+    q, k, v = qkv(torch.Generator().manual_seed(12), 3, 4)
+    with torch.no_grad():
+        got, _ = build_kernel("flex", {"compile": "always"})(q, k, v, is_causal=True)
+        want, _ = math_attention(q, k, v, is_causal=True)
+    assert calls == {"flex": 1, "chunked": 0}
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.slow
 def test_compiled_forward_on_cpu_equals_math() -> None:
-    """compile='always' on the CPU (compiling takes ~13 s): the compiled forward, no grad."""
+    """compile='always' on the CPU (compiling takes ~13 s): the compiled forward in float32,
+    no grad, against float64 math."""
     q, k, v = qkv(torch.Generator().manual_seed(11), 4, 6)
     mask = torch.ones(B, 1, 1, 6, dtype=torch.bool)
     mask[0, ..., 0] = False
+    bias = torch.randn(1, H, 4, 6, generator=torch.Generator().manual_seed(13), dtype=F64)
+    kernel = build_kernel("flex", {"compile": "always"})
     with torch.no_grad():
-        got, _ = build_kernel("flex", {"compile": "always"})(q, k, v, mask=mask, is_causal=True)
-        want, _ = math_attention(q, k, v, mask, is_causal=True)
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        got, _ = kernel(q.float(), k.float(), v.float(), mask=mask, bias=bias, is_causal=True)
+        want, _ = math_attention(q, k, v, mask, bias, is_causal=True)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)

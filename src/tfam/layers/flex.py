@@ -73,7 +73,8 @@ def flex_call(
 ) -> Tensor:
     """softmax(scale Q K^T + bias) V by FlexAttention, masked keys and the bottom-right causal
     rule in its block mask, the bias in its score function; out (B, H, Lq, Dh) in q's dtype.
-    A row with no allowed key (or a bias row of -inf) is zero (FlexAttention's own rule)."""
+    A row with no allowed key (or a bias row of -inf) is zero (FlexAttention's own rule).
+    ``compiled``: through ``torch.compile(flex_attention)``, except in float64 (eager)."""
     _check_mask(mask)
     b, h, lq, _ = q.shape
     lk = k.shape[-2]
@@ -106,7 +107,9 @@ def flex_call(
         ) -> Tensor:
             return score + bias4[b_i, h_i, q_idx, kv_idx].to(score.dtype)
 
-    fn = _compiled_flex() if compiled else flex_attention
+    # Compiled FlexAttention takes float32, float16 and bfloat16 only (torch 2.13 refuses
+    # float64 on the CPU): float64, the reference dtype, runs eagerly.
+    fn = _compiled_flex() if compiled and q.dtype != torch.float64 else flex_attention
     with warnings.catch_warnings():
         # Eager FlexAttention warns that it is unfused: on the CPU that is the path we chose.
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
@@ -130,7 +133,8 @@ class FlexKernel(AttentionKernel):
     that stays the training path on the CPU. A call with no gradient runs FlexAttention eagerly
     (dense, every score formed), in float32 for bfloat16 and float16 inputs (rounded back at
     the end; bfloat16 computed in bfloat16 measured 2x the error). Option ``compile``
-    (:data:`COMPILE`): ``auto`` (compiled on CUDA only), ``always`` or ``never``."""
+    (:data:`COMPILE`): ``auto`` (compiled on CUDA only), ``always`` or ``never``; float64
+    always runs eagerly (compiled FlexAttention takes float32, float16 and bfloat16)."""
 
     name = "flex"
     Options = FlexOptions
