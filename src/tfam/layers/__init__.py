@@ -6,6 +6,7 @@ from tfam.layers.cache import CrossKV, KVCache, LayerCache, StackCache
 from tfam.layers.chunked import ChunkedKernel, chunked_attention
 from tfam.layers.embedding import PatchEmbed
 from tfam.layers.feedforward import FeedForward
+from tfam.layers.flex import FlexKernel, flex_call
 from tfam.layers.kernels import (
     KERNELS,
     AttentionKernel,
@@ -58,6 +59,7 @@ __all__ = [
     "DropPath",
     "EncoderBlock",
     "FeedForward",
+    "FlexKernel",
     "GeneratedPosition",
     "KVCache",
     "LinearKernel",
@@ -85,6 +87,7 @@ __all__ = [
     "causal_mask",
     "chunked_attention",
     "combine",
+    "flex_call",
     "local_attention",
     "lsh_attention",
     "make_norm",
