@@ -21,6 +21,8 @@ with. (One training step on each task a family declares is in
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -37,6 +39,7 @@ from tfam.models import (
 )
 
 
+@functools.cache
 def smallest_preset(family: str) -> str:
     names = [n for n in list_models() if create_config(n).family == family]
     return min(names, key=count_parameters)

@@ -11,6 +11,8 @@ pair is refused only where the kernel declares the refusal: a scheme acting on t
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -20,6 +22,7 @@ from tfam.layers.kernels import FEATURES, KERNELS
 from tfam.models import MODEL_CLASSES, count_parameters, create_config, list_models
 
 
+@functools.cache
 def _smallest(family: str) -> str:
     names = [n for n in list_models() if create_config(n).family == family]
     return min(names, key=count_parameters)
