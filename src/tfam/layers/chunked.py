@@ -28,8 +28,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tfam.config import config_error
-from tfam.layers.kernels import AttentionCost, AttentionKernel, _check_mask, full_precision
+from tfam.layers.kernels import (
+    AttentionCost,
+    AttentionKernel,
+    _check_mask,
+    check_int_option,
+    full_precision,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,10 +294,8 @@ class ChunkedKernel(AttentionKernel):
 
     @classmethod
     def check_option(cls, name: str, value: Any) -> None:
-        if name in ("block_q", "block_k") and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise config_error(f"attention_options.{name}", value, "expected an integer >= 1")
+        if name in ("block_q", "block_k"):
+            check_int_option(name, value)
 
     def attend(
         self,

@@ -318,6 +318,12 @@ class AttentionKernel(nn.Module, ABC):
         """The kernel's computation on full keys and values (the cache already applied)."""
 
 
+def check_int_option(name: str, value: Any) -> None:
+    """``attention_options.<name>`` must be an int >= 1 (a tile, a chunk, a feature count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise config_error(f"attention_options.{name}", value, "expected an integer >= 1")
+
+
 def register_kernel(cls: type[AttentionKernel]) -> type[AttentionKernel]:
     """Check ``cls``'s declaration and register it under ``cls.name`` (a subclass with a name
     registers itself when defined; this is for one defined with ``register=False``)."""
@@ -759,6 +765,7 @@ __all__ = [
     "SDPAKernel",
     "additive_scores",
     "build_kernel",
+    "check_int_option",
     "causal_pairs",
     "full_precision",
     "math_attention",

@@ -25,8 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tfam.config import config_error
-from tfam.layers.kernels import AttentionCost, AttentionKernel, _check_mask
+from tfam.layers.kernels import AttentionCost, AttentionKernel, _check_mask, check_int_option
 
 State = tuple[Tensor, Tensor]  # (S (B, H, M, Dv), z (B, H, M))
 
@@ -249,12 +248,6 @@ def linear_step(
     return out.unsqueeze(2).to(q.dtype), (s, z)
 
 
-def check_positive_int(name: str, value: Any) -> None:
-    """``attention_options.<name>`` must be an int >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise config_error(f"attention_options.{name}", value, "expected an integer >= 1")
-
-
 class KernelizedKernel(AttentionKernel, register=False):
     """Base of the kernels that attend through feature maps (:func:`kernelized_attention`):
     a subclass gives :meth:`feature_maps` and ``Options`` with a ``chunk`` field. Its cache is
@@ -280,7 +273,7 @@ class KernelizedKernel(AttentionKernel, register=False):
     @classmethod
     def check_option(cls, name: str, value: Any) -> None:
         if name == "chunk":
-            check_positive_int(name, value)
+            check_int_option(name, value)
 
     def new_cache(self, max_len: int) -> RunningSums:
         """S and z: the sums, not the keys and values (O(1) per decoding step)."""

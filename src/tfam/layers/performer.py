@@ -38,7 +38,8 @@ import torch
 from torch import Tensor
 
 from tfam.config import config_error
-from tfam.layers.linear_attention import KernelizedKernel, check_positive_int
+from tfam.layers.kernels import check_int_option
+from tfam.layers.linear_attention import KernelizedKernel
 
 
 def orthogonal_features(m: int, d: int, generator: torch.Generator) -> Tensor:
@@ -90,7 +91,7 @@ class PerformerKernel(KernelizedKernel):
     @classmethod
     def check_option(cls, name: str, value: Any) -> None:
         if name in ("features", "chunk"):
-            check_positive_int(name, value)
+            check_int_option(name, value)
         elif name == "seed" and (isinstance(value, bool) or not isinstance(value, int)):
             raise config_error("attention_options.seed", value, "expected an integer")
 
