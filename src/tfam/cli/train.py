@@ -619,7 +619,7 @@ def run(args: argparse.Namespace) -> int:
         asked or saved_task,
         files,
         str(out) if resumed_tok else getattr(args, "init", None),
-    )
+    ).for_family(args.family)
     user_text = entry.is_folder and not _has_images(entry)
     default_out = Path(entry.name).name if entry.is_folder else entry.name
     out = Path(args.out) if args.out else Path("runs") / default_out

@@ -52,23 +52,25 @@ def recipes_text() -> str:
     lines = []
     for name in list_datasets():
         entry = get_dataset(name)
-        recipe = entry.recipe
-        opts = [_option_text("preset", recipe.preset)] if recipe.preset else []
-        opts += [f"--set {k}={json.dumps(v)}" for k, v in recipe.model.items()]
-        opts += [_option_text(k, v) for k, v in recipe.train.items()]
-        pad, flip = entry.augment
-        opts += [f"--pad {pad}", "--flip" if flip else "--no-flip"]
-        if recipe.threads is not None:
-            opts.append(f"--threads {recipe.threads}")
         tasks = ", ".join(objective(t) for t in entry.tasks)
-        lines.append(f"  {name} (--task {tasks}):")
-        line = "   "
-        for opt in opts:
-            if len(line) + len(opt) > 92:
-                lines.append(line)
-                line = "   "
-            line += " " + opt
-        lines.append(line)
+        recipes = [(f"--task {tasks}", entry.recipe)]
+        recipes += [(f"tfam train {family}", r) for family, r in entry.family_recipes.items()]
+        for label, recipe in recipes:
+            opts = [_option_text("preset", recipe.preset)] if recipe.preset else []
+            opts += [f"--set {k}={json.dumps(v)}" for k, v in recipe.model.items()]
+            opts += [_option_text(k, v) for k, v in recipe.train.items()]
+            pad, flip = entry.augment
+            opts += [f"--pad {pad}", "--flip" if flip else "--no-flip"]
+            if recipe.threads is not None:
+                opts.append(f"--threads {recipe.threads}")
+            lines.append(f"  {name} ({label}):")
+            line = "   "
+            for opt in opts:
+                if len(line) + len(opt) > 92:
+                    lines.append(line)
+                    line = "   "
+                line += " " + opt
+            lines.append(line)
     return "\n".join(lines)
 
 

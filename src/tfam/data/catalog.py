@@ -21,6 +21,7 @@ also model config fields (a ViT trained on digits needs ``image_size=8``, ``in_c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -132,6 +133,9 @@ class DatasetEntry:
     ``augment``: (padding, flip) of the default :class:`BatchAugment`.
     ``task``: the default task (a ``tfam.training.TASKS`` name); ``tasks``: every task the
     data allows, the default first (``tfam train --task`` chooses among them).
+    ``recipe``: how the data's first family trains (the family of ``recipe.preset``);
+    ``family_recipes``: other families' recipes by family name (``tfam train cnn --data
+    fashion-mnist`` takes ``family_recipes["cnn"]``); :meth:`for_family` picks one.
     """
 
     name: str
@@ -147,6 +151,14 @@ class DatasetEntry:
     aliases: tuple[str, ...] = ()
     is_folder: bool = False
     tasks: tuple[str, ...] = ()
+    family_recipes: Mapping[str, Recipe] = field(default_factory=dict)
+
+    def for_family(self, family: str) -> DatasetEntry:
+        """This entry with ``recipe`` the one ``family`` trains with: its own in
+        ``family_recipes``, else the entry's ``recipe`` (whose preset a family uses only when
+        the preset is of that family)."""
+        recipe = self.family_recipes.get(family)
+        return self if recipe is None else dataclasses.replace(self, recipe=recipe)
 
     def __post_init__(self) -> None:
         # Every task the data allows, the default (``task``) first; () = just the default.
