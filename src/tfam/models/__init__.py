@@ -3,6 +3,7 @@ with pretrained weights."""
 
 from tfam.models.base import MODEL_CLASSES, AttentionWeights, TfamModel, from_pretrained
 from tfam.models.bert import Bert, BertConfig, mean_pool
+from tfam.models.deit import DeiT, DeiTConfig
 from tfam.models.gpt import GPT, GPTConfig
 from tfam.models.registry import (
     PRESETS,
@@ -22,6 +23,8 @@ __all__ = [
     "AttentionWeights",
     "Bert",
     "BertConfig",
+    "DeiT",
+    "DeiTConfig",
     "GPT",
     "GPTConfig",
     "MODEL_CLASSES",

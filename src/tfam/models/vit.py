@@ -114,7 +114,7 @@ class ViT(TfamModel):
         c = config
         d = c.dim
         self.patch_embed = PatchEmbed(c)
-        self.num_prefix_tokens = 1 if c.class_token else 0
+        self.num_prefix_tokens = self.count_prefix_tokens(c)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d)) if c.class_token else None
         self.position = build_position(
             c, grid=self.patch_embed.grid_size, prefix=self.num_prefix_tokens
@@ -133,7 +133,22 @@ class ViT(TfamModel):
             self.pre_logits = nn.Identity()
             head_in = d
         self.head = nn.Linear(head_in, c.num_classes) if c.num_classes else nn.Identity()
+        self.build_extra(head_in)
         self.init_weights()
+
+    @staticmethod
+    def count_prefix_tokens(config: ViTConfig) -> int:
+        """Learned tokens before the patches: [CLS] when ``class_token`` (a subclass that
+        prepends more, DeiT's distillation token, counts them here)."""
+        return 1 if config.class_token else 0
+
+    def build_extra(self, head_in: int) -> None:
+        """A subclass's own parameters, built before :meth:`init_weights` (``head_in``: the
+        width the head reads). ViT has none."""
+
+    def prefix_tokens(self) -> Tensor | None:
+        """The learned tokens prepended to the patches, (1, prefix, D), or None."""
+        return self.cls_token
 
     def init_weights(self) -> None:
         super().init_weights()
@@ -173,8 +188,9 @@ class ViT(TfamModel):
         (the prefix rows of their table are zeros)."""
         tokens = self.patch_embed(x)  # (B, N, D)
         grid = self.grid(x)
-        if self.cls_token is not None:
-            tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)
+        prefix = self.prefix_tokens()
+        if prefix is not None:
+            tokens = torch.cat([prefix.expand(tokens.shape[0], -1, -1), tokens], dim=1)
         return self.pos_drop(self.position.add(tokens, grid, self.pos_embed))
 
     def forward_features(
@@ -199,11 +215,16 @@ class ViT(TfamModel):
         pooled = self.pre_logits(pooled)
         return pooled if pre_logits else self.head(pooled)
 
+    def head_rows(self) -> int | None:
+        """How many leading tokens the head reads ([CLS]: 1), or None when it reads the
+        patches too (mean pooling): the last block computes only those rows."""
+        return 1 if self.config.pool == "cls" else None
+
     def forward(
-        self, x: Tensor, return_attention: bool = False
+        self, x: Tensor, return_attention: bool = False, **head: Any
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
         """x (B, C, H, W) -> logits (B, num_classes) [, :class:`AttentionWeights`: "encoder",
-        depth x (B, H, L, L)].
+        depth x (B, H, L, L)]; ``head``: options of :meth:`forward_head`.
 
         The same as ``forward_head(forward_features(x))``. With ``pool='cls'`` the head reads
         [CLS] alone, so the last block computes that one row (its keys and values still come
@@ -216,10 +237,17 @@ class ViT(TfamModel):
         # On the meta device (explain's trace, which may not ask for weights from a kernel
         # that never forms them) every row runs: the table describes every block in full.
         full = return_attention or x.device.type == "meta"
-        if full or c.pool != "cls" or c.depth == 0 or dropout_active:
-            return super().forward(x, return_attention=return_attention)
-        tokens, _ = self.encoder(self.embed(x), last_queries=1, positions=self.token_positions(x))
-        return self.forward_head(self.norm(tokens))
+        rows = self.head_rows()
+        if full or rows is None or c.depth == 0 or dropout_active:
+            features = self.forward_features(x, return_attention=return_attention)
+            if return_attention:
+                hidden, weights = features
+                return self.forward_head(hidden, **head), weights
+            return self.forward_head(features, **head)
+        tokens, _ = self.encoder(
+            self.embed(x), last_queries=rows, positions=self.token_positions(x)
+        )
+        return self.forward_head(self.norm(tokens), **head)
 
     def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
         """Random images (B, C, H, W) at the configured size."""
