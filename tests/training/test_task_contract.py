@@ -148,6 +148,16 @@ def small_model(family: str, task: str) -> tfam.models.TfamModel:
     return model
 
 
+def task_options(name: str, model: tfam.models.TfamModel) -> dict[str, Any]:
+    """What ``task_for`` needs besides the dataset: a teacher for a task that declares
+    ``needs_teacher`` (the student's architecture, initialised from another seed)."""
+    if not TASKS[name].needs_teacher:
+        return {}
+    values = {k: v for k, v in model.config.to_dict().items() if k != "family"}
+    torch.manual_seed(1)
+    return {"teacher": tfam.create_model(model.config.family, **values).eval()}
+
+
 def prepared(task: Task, batch: dict, generator: torch.Generator, dataset: Any) -> dict:
     """The batch as a training step sees it (augment adds what a task draws, MLM's masks)."""
     return task.augment(batch, None, generator, dataset)
@@ -167,7 +177,7 @@ def test_family_trains_one_step_on_each_task_it_declares(family: str, task_name:
     model = small_model(family, task_name).train()
     g = torch.Generator().manual_seed(0)
     dataset = dataset_maker(task_name)(model, g)
-    task = task_for(task_name, dataset)
+    task = task_for(task_name, dataset, **task_options(task_name, model))
     batch = prepared(task, task.collate([dataset[i] for i in range(len(dataset))]), g, dataset)
     before = {k: p.detach().clone() for k, p in model.named_parameters()}
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -213,7 +223,7 @@ def test_sums_add_up_across_micro_batches(name: str) -> None:
     model = small_model(families[0], name).eval()
     g = torch.Generator().manual_seed(0)
     dataset = dataset_maker(name)(model, g)
-    task = task_for(name, dataset)
+    task = task_for(name, dataset, **task_options(name, model))
     assert isinstance(task, Task) and task.name == name
     batch = prepared(task, task.collate([dataset[i] for i in range(len(dataset))]), g, dataset)
     halves = split_batch(batch, 2)

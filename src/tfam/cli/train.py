@@ -42,7 +42,21 @@ PER_INVOCATION = frozenset(
 )
 
 # Settings of the command line itself (not TrainConfig fields) that a resumed run keeps.
-_RUN_SETTINGS = ("preset", "data_root", "pad", "flip", "no_augment", "threads")
+_RUN_SETTINGS = (
+    "preset",
+    "data_root",
+    "pad",
+    "flip",
+    "no_augment",
+    "threads",
+    *("teacher", "distillation", "distill_alpha", "distill_tau"),
+)
+# The distillation options, as the command line spells them.
+_DISTILL_OPTIONS = {
+    "distillation": "--distillation",
+    "distill_alpha": "--distill-alpha",
+    "distill_tau": "--distill-tau",
+}
 
 
 def _train_config_class() -> type:
@@ -138,6 +152,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="random horizontal flips",
     )
     _add_file_options(p)
+    _add_distillation_options(p)
     r = p.add_argument_group("run")
     r.add_argument(
         "--out", metavar="DIR", default=None, help="run directory (default: runs/<dataset>)"
@@ -159,6 +174,104 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-m tfam train ...)",
     )
     p.set_defaults(func=run)
+
+
+def _add_distillation_options(p: argparse.ArgumentParser) -> None:
+    """--teacher and the distillation loss (a distilled DeiT learns from the teacher through
+    its distillation token: tfam.training.tasks.distillation); saved with the run."""
+    d = p.add_argument_group(
+        "distillation (DeiT: the distillation head learns from a teacher, Touvron et al. 2021)"
+    )
+    d.add_argument(
+        "--teacher",
+        metavar="RUN_DIR",
+        default=None,
+        help="a trained image model (a run or model directory, or a preset) with the data's "
+        "classes and image shape; MODEL must have a distillation token (tfam train deit)",
+    )
+    d.add_argument(
+        "--distillation",
+        choices=("hard", "soft"),
+        default=None,
+        help="hard: CE of the distillation head against the teacher's argmax (default); soft: "
+        "tau^2 KL to the teacher's softmax at temperature tau",
+    )
+    d.add_argument(
+        "--distill-alpha",
+        type=float,
+        metavar="A",
+        default=None,
+        help="weight of the teacher's term; the labels' term gets 1 - A (default 0.5)",
+    )
+    d.add_argument(
+        "--distill-tau",
+        type=float,
+        metavar="T",
+        default=None,
+        help="soft distillation's temperature (default 1.0)",
+    )
+
+
+def _distillation(
+    settings: dict[str, Any], task_name: str, entry: Any
+) -> tuple[str, dict[str, Any] | None]:
+    """The run's task and the distillation options (None without --teacher): --teacher turns
+    image classification into image-distillation; the loss options need --teacher."""
+    given = [_DISTILL_OPTIONS[k] for k in _DISTILL_OPTIONS if settings[k] is not None]
+    if settings["teacher"] is None:
+        if given or task_name == "image-distillation":
+            what = given[0] if given else "--task distill"
+            raise ValueError(f"{what} needs --teacher RUN_DIR: the model to distil from")
+        return task_name, None
+    if task_name not in ("image-classification", "image-distillation"):
+        raise ValueError(
+            f"--teacher {settings['teacher']!r} is invalid for --task {objective(task_name)}: "
+            "distillation is for image classification"
+        )
+    kind = settings["distillation"] or "hard"
+    alpha = 0.5 if settings["distill_alpha"] is None else settings["distill_alpha"]
+    tau = 1.0 if settings["distill_tau"] is None else settings["distill_tau"]
+    return "image-distillation", {"kind": kind, "alpha": alpha, "tau": tau}
+
+
+def _load_teacher(spec: str, entry: Any) -> Any:
+    """The teacher of --teacher SPEC (a run or model directory, or a preset) on the CPU, after
+    checking that it reads this data's images and predicts its classes (one line otherwise)."""
+    import torch
+
+    from tfam.data import task_facts
+    from tfam.runs import resolve_model
+
+    source = resolve_model(spec, what="--teacher", kinds=("preset", "dir"))
+    cls = source.model_class
+    shown = entry.name if not entry.is_folder else entry.info.name
+    if cls is None or getattr(cls, "inputs", "") != "image":
+        kind = f"a {source.family!r} model" if source.family else "not a tfam model"
+        raise ValueError(
+            f"--teacher {spec!r} is invalid: it is {kind}; a teacher is an image model (a run "
+            f"or model directory of an image family, or a preset) for --data {shown}"
+        )
+    teacher = source.load("cpu")
+    facts = task_facts(entry, "image-classification")
+    for key, fact in facts.items():
+        theirs = getattr(teacher.config, key, None)
+        pair = tuple(fact) if isinstance(fact, (list, tuple)) else (fact, fact)
+        if theirs is not None and theirs not in (fact, pair, list(pair)):
+            raise ValueError(
+                f"--teacher {spec!r} is invalid for --data {shown}: it has {key}={theirs!r}, "
+                f"the data needs {key}={fact!r}"
+            )
+    height, width = facts["image_size"] if isinstance(facts["image_size"], (list, tuple)) else (
+        facts["image_size"], facts["image_size"])  # fmt: skip
+    with torch.no_grad():
+        out = teacher.eval()(torch.zeros(1, facts["in_channels"], height, width))
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, facts["num_classes"]):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"--teacher {spec!r} is invalid for --data {shown}: it gives {got} for one image, "
+            f"the data needs logits of its {facts['num_classes']} classes"
+        )
+    return teacher
 
 
 def _add_file_options(p: argparse.ArgumentParser) -> None:
@@ -645,8 +758,12 @@ def run(args: argparse.Namespace) -> int:
             f"cannot resume: {out} holds a --task {theirs} run, this command asks for "
             f"--task {objective(task_name)}"
         )
-    _check_family(args.family, task_name)
     settings = _settings(args, saved, entry)
+    task_name, distill = _distillation(settings, task_name, entry)
+    if settings["teacher"] is not None and Path(settings["teacher"]).expanduser().is_dir():
+        # Recorded whole in train_args.json, so --resume finds it from any directory.
+        settings["teacher"] = str(Path(settings["teacher"]).expanduser().resolve())
+    _check_family(args.family, task_name)
     # The user's own data with no --preset and no --init: sized from the data (else None).
     from tfam.training.autosize import size_entry
 
@@ -679,12 +796,24 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"model config ({preset} with --set): {err}") from None
 
+    teacher = _load_teacher(settings["teacher"], entry) if distill is not None else None
+    if teacher is not None and not getattr(model.config, "distilled", False):
+        raise ValueError(
+            f"--teacher is invalid for {preset}: it has no distillation token (distilled="
+            f"{getattr(model.config, 'distilled', None)!r}); choose a *_distilled preset or "
+            "--set distilled=true"
+        )
     augment = _augment(entry, settings)
     load = dict(root=settings["data_root"])
     train_set = entry.load(entry.train_split, **load)
     val_set = entry.load(entry.val_split, **load) if entry.val_split else None
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
-    task = task_for(task_name, train_set)  # the catalog's task for the data, or --task
+    # The catalog's task for the data, or --task; with --teacher, distillation from it.
+    options = {"teacher": teacher, **distill} if distill is not None else {}
+    try:
+        task = task_for(task_name, train_set, **options)
+    except ValueError as err:
+        raise option_error(err, _DISTILL_OPTIONS) from None
     tokenizer = getattr(train_set, "tokenizer", None)
     _check_init_tokenizer(config.init, tokenizer, entry)
     if tokenizer is not None and dist_info().is_main:
@@ -724,6 +853,14 @@ def run(args: argparse.Namespace) -> int:
             print(entry.info.description, flush=True)  # the data, and how its splits were made
         if sizing is not None:
             print(sizing.line, flush=True)
+        if distill is not None:
+            n = sum(p.numel() for p in teacher.parameters())
+            print(
+                f"distilling from {settings['teacher']} ({type(teacher).title}, {n:,} "
+                f"parameters): {distill['kind']}, alpha {distill['alpha']:g}"
+                + (f", tau {distill['tau']:g}" if distill["kind"] == "soft" else ""),
+                flush=True,
+            )
         print(
             f"{preset} ({params:,} parameters) on {entry.name}: {sizes} {_items(train_set, task)}, "
             f"{epochs}{budget} of {batch}, lr {config.lr:g} ({config.schedule}), "

@@ -416,6 +416,15 @@ def default_augment(
     )
 
 
+def _add_family_recipe(name: str, family: str, preset: str) -> None:
+    """Give the registered dataset ``name`` a recipe for ``family``: its own recipe's training
+    values and threads with ``preset``."""
+    entry = _CATALOG[name]
+    recipe = dataclasses.replace(entry.recipe, preset=preset, model={})
+    recipes = {**entry.family_recipes, family: recipe}
+    _CATALOG[name] = dataclasses.replace(entry, family_recipes=recipes)
+
+
 # ---------------------------------------------------------------------------------------------
 # The registered datasets. What each recipe reaches, and how it was chosen, is measured in the
 # README ("Measured on this machine") and in benchmarks/ (digits: benchmarks/digits_cv.py).
@@ -449,6 +458,8 @@ register_dataset(
         augment=(1, False),
     )
 )
+# DeiT trains with ViT's recipe, on vit_digits plus the distillation token and head.
+_add_family_recipe("digits", "deit", "deit_digits")
 
 register_dataset(
     DatasetEntry(
@@ -477,6 +488,9 @@ register_dataset(
         augment=(1, True),
     )
 )
+# DeiT trains with ViT's recipe (not tuned for DeiT), on vit_fashion_mnist plus the
+# distillation token and head; `tfam train deit --teacher RUN` distils from RUN.
+_add_family_recipe("fashion-mnist", "deit", "deit_fashion_mnist")
 
 
 # Text: sequence to sequence. Splits are train / val / test (val and test are whole held-out

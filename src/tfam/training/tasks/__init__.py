@@ -35,8 +35,9 @@ is one module: subclass, set ``name``, import it once. Tasks are chosen by the d
 catalog's task name: ``task_for(name, dataset)`` (``TASKS[name].for_dataset(dataset)``):
 images (:class:`ImageClassification`), one label per token (:class:`TokenClassification`) or
 per sequence (:class:`SequenceClassification`), next-token prediction (:class:`CausalLM`),
-BERT's masked tokens (:class:`MaskedLM`, masking by :func:`mask_tokens`) and sequence to
-sequence (:class:`Seq2Seq`). Token and sequence tasks count nothing where a label is -100 (padding), so padding never changes a loss or a metric.
+BERT's masked tokens (:class:`MaskedLM`, masking by :func:`mask_tokens`), sequence to
+sequence (:class:`Seq2Seq`) and images with a teacher (:class:`ImageDistillation`, DeiT's
+distillation token; its teacher is an option of ``task_for``). Token and sequence tasks count nothing where a label is -100 (padding), so padding never changes a loss or a metric.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from tfam.training.tasks.base import (
     token_cross_entropy,
 )
 from tfam.training.tasks.causal_lm import CAUSAL_UNITS, CausalLM
+from tfam.training.tasks.distillation import ImageDistillation, distillation_loss
 from tfam.training.tasks.image_classification import ImageClassification
 from tfam.training.tasks.masked_lm import MLM_PROBABILITY, MaskedLM, mask_tokens
 from tfam.training.tasks.seq2seq import Seq2Seq
@@ -74,6 +76,7 @@ __all__ = [
     "CausalLM",
     "CrossEntropyTask",
     "ImageClassification",
+    "ImageDistillation",
     "MaskedLM",
     "Seq2Seq",
     "SequenceClassification",
@@ -81,6 +84,7 @@ __all__ = [
     "TokenClassification",
     "TokenTask",
     "batch_length",
+    "distillation_loss",
     "mask_tokens",
     "split_batch",
     "task_for",
@@ -88,8 +92,9 @@ __all__ = [
 ]
 
 
-def task_for(name: str, dataset: Any = None) -> Task:
-    """The task named ``name`` (a dataset catalog's ``entry.task``), set up for ``dataset``."""
+def task_for(name: str, dataset: Any = None, **options: Any) -> Task:
+    """The task named ``name`` (a dataset catalog's ``entry.task``), set up for ``dataset``;
+    ``options`` go to its ``for_dataset`` (the distillation task's teacher and loss)."""
     if name not in TASKS:
         raise ValueError(f"task={name!r} is invalid: expected one of {', '.join(sorted(TASKS))}")
-    return TASKS[name].for_dataset(dataset)
+    return TASKS[name].for_dataset(dataset, **options)

@@ -202,6 +202,9 @@ class BaseTask:
     primary_metric = "loss"
     higher_is_better = False
     unit = "examples"
+    # Whether ``for_dataset`` needs ``teacher=`` (a model the task runs beside the student,
+    # returned by ``extra_models``); the task contract then lends it one.
+    needs_teacher: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -1,0 +1,160 @@
+"""Distillation through a distillation token (Touvron et al. 2021, DeiT): the student's class
+head learns the labels, its distillation head learns a teacher.
+
+The student gives two logits, ``model(images, both=True) -> (Z_cls, Z_dist)`` (a DeiT with
+``distilled=True``); the teacher, any image model ``teacher(images) -> Z_t (B, K)``, reads the
+same augmented images, in eval mode and without gradients. Per image, with psi = softmax:
+
+- hard (the paper's Eq. 3, its best):  L = (1 - a) CE(psi(Z_cls), y) + a CE(psi(Z_dist), y_t),
+  y_t = argmax_c Z_t(c), a = 1/2 by default;
+- soft (Eq. 2, Hinton et al.'s):  L = (1 - a) CE(psi(Z_cls), y)
+                                       + a tau^2 KL(psi(Z_t / tau) || psi(Z_dist / tau)).
+
+The class term takes ``label_smoothing`` (DeiT's recipe smooths the labels, not the teacher's).
+The sums are over images (the trainer divides by the global batch's images), so the KL is per
+image, summed over classes, as the paper writes it (the DeiT repository divides it by B * K).
+Evaluation and the metrics are image classification's: ``loss`` and ``acc`` of the prediction,
+the average of the two heads (``model(images)``); the teacher is not run there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tfam.training.tasks.base import Batch, model_config, token_cross_entropy
+from tfam.training.tasks.image_classification import ImageClassification
+
+__all__ = ["DISTILLATION_KINDS", "ImageDistillation", "distillation_loss"]
+
+DISTILLATION_KINDS = ("hard", "soft")
+
+
+def distillation_loss(
+    cls_logits: Tensor,
+    dist_logits: Tensor,
+    teacher_logits: Tensor,
+    labels: Tensor,
+    *,
+    kind: str = "hard",
+    alpha: float = 0.5,
+    tau: float = 1.0,
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """The DeiT loss summed over the batch: logits (B, K) of the class head, the distillation
+    head and the teacher, labels (B,) -> a scalar (see the module docstring)."""
+    base, _ = token_cross_entropy(cls_logits, labels, label_smoothing)  # sum_i CE(Z_cls, y)
+    if kind == "hard":
+        teacher_labels = teacher_logits.argmax(dim=-1)  # y_t = argmax_c Z_t(c)
+        teacher_term = F.cross_entropy(dist_logits, teacher_labels, reduction="sum")
+    else:
+        # tau^2 KL(psi(Z_t/tau) || psi(Z_s/tau)), summed over classes and images.
+        teacher_term = (tau * tau) * F.kl_div(
+            F.log_softmax(dist_logits / tau, dim=-1),
+            F.log_softmax(teacher_logits / tau, dim=-1),
+            reduction="sum",
+            log_target=True,
+        )
+    return (1 - alpha) * base + alpha * teacher_term
+
+
+class ImageDistillation(ImageClassification):
+    """Image classification with a teacher, through the student's distillation token.
+
+    Built with ``task_for("image-distillation", dataset, teacher=model, kind="hard", alpha=0.5,
+    tau=1.0)``; without a teacher it says so. ``extra_models()`` gives the teacher to the
+    trainer (placed on the run's device and precision, eval mode, frozen, never checkpointed).
+    A student without a distillation token is refused in one line (it has no second head to
+    distil into; train it with image-classification).
+    """
+
+    name = "image-distillation"
+    objective = "distill"
+    needs_teacher: ClassVar[bool] = True
+
+    def __init__(
+        self, teacher: nn.Module, kind: str = "hard", alpha: float = 0.5, tau: float = 1.0
+    ) -> None:
+        if not isinstance(teacher, nn.Module):
+            raise ValueError(
+                f"teacher={type(teacher).__name__} is invalid for task 'image-distillation': "
+                "expected an image model (a torch.nn.Module)"
+            )
+        if kind not in DISTILLATION_KINDS:
+            raise ValueError(
+                f"distillation={kind!r} is invalid: expected one of {', '.join(DISTILLATION_KINDS)}"
+            )
+        if not 0.0 <= float(alpha) <= 1.0:
+            raise ValueError(f"distill_alpha={alpha!r} is invalid: expected a number in [0, 1]")
+        if not float(tau) > 0.0:
+            raise ValueError(f"distill_tau={tau!r} is invalid: expected a number > 0")
+        self.teacher = teacher.eval().requires_grad_(False)
+        self.kind, self.alpha, self.tau = kind, float(alpha), float(tau)
+
+    @classmethod
+    def for_dataset(
+        cls,
+        dataset: Any,
+        *,
+        teacher: nn.Module | None = None,
+        kind: str = "hard",
+        alpha: float = 0.5,
+        tau: float = 1.0,
+    ) -> ImageDistillation:
+        if teacher is None:
+            raise ValueError(
+                "task 'image-distillation' needs a teacher: task_for('image-distillation', "
+                "dataset, teacher=model) (tfam train deit --teacher RUN_DIR)"
+            )
+        return cls(teacher, kind=kind, alpha=alpha, tau=tau)
+
+    def extra_models(self) -> dict[str, nn.Module]:
+        return {"teacher": self.teacher}
+
+    def training_batch(self, model: nn.Module, batch: Batch) -> Batch:
+        config = model_config(model)
+        if not getattr(config, "distilled", False):
+            family = getattr(config, "family", type(model).__name__)
+            raise ValueError(
+                f"task 'image-distillation' is invalid for this {family} model: it needs a "
+                "distillation token and head (a DeiT with distilled=True); train it with "
+                "image-classification, or use a distilled preset"
+            )
+        return batch
+
+    def teacher_logits(self, images: Tensor) -> Tensor:
+        """The teacher's float32 logits (B, K) for the (augmented) images, eval mode, no grad."""
+        if self.teacher.training:
+            self.teacher.eval()
+        with torch.no_grad():
+            return self.teacher(images).float()
+
+    def train_loss(
+        self, model: nn.Module, batch: Batch, config: Any
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        batch = self.training_batch(model, batch)
+        images, labels = batch["images"], batch["labels"]
+        cls_logits, dist_logits = (z.float() for z in model(images, both=True))
+        teacher = self.teacher_logits(images)
+        if teacher.shape != cls_logits.shape:
+            raise ValueError(
+                f"the teacher gives logits of shape {tuple(teacher.shape)}, the student "
+                f"{tuple(cls_logits.shape)}: teacher and student must have the same classes"
+            )
+        loss = distillation_loss(
+            cls_logits,
+            dist_logits,
+            teacher,
+            labels,
+            kind=self.kind,
+            alpha=self.alpha,
+            tau=self.tau,
+            label_smoothing=float(getattr(config, "label_smoothing", 0.0)),
+        )
+        with torch.no_grad():
+            prediction = (cls_logits + dist_logits) / 2  # what evaluation scores
+            sums = self.sums(prediction, labels, token_cross_entropy(prediction, labels)[1])
+        return loss, sums
