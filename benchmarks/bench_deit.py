@@ -1,0 +1,71 @@
+"""DeiT on Fashion-MNIST with and without a teacher, beside tfam's ViT.
+
+Trains ``tfam train deit --data fashion-mnist`` twice with the same recipe (the catalog's
+deit recipe: ViT's training values on deit_fashion_mnist) and seed: once distilling from
+TEACHER (any tfam image run directory with Fashion-MNIST's classes, e.g. the lead's CNN run),
+once without a teacher (the same DeiT, both heads trained on the labels through their
+average); then prints both test accuracies beside the ViT recipe's 91.31% and the target
+92.5% (issue 23).
+
+    python benchmarks/bench_deit.py --teacher runs/cnn-fashion-mnist --out runs/bench-deit
+    python benchmarks/bench_deit.py --teacher RUN --max-steps 5     # a quick check only
+
+Options after ``--`` go to both ``tfam train`` runs unchanged (``-- --epochs 30``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import tfam.cli
+
+VIT_ACC = 0.9131  # tfam's ViT recipe on Fashion-MNIST (the README's measurement)
+TARGET = 0.925  # issue 23's target for DeiT
+
+
+def train(out: Path, extra: list[str]) -> tuple[float, float]:
+    """Run `tfam train deit --data fashion-mnist` into ``out``: (test accuracy, seconds)."""
+    t0 = time.perf_counter()
+    code = tfam.cli.main(["train", "deit", "--data", "fashion-mnist", "--out", str(out), *extra])
+    if code != 0:
+        raise SystemExit(f"bench_deit: tfam train failed (exit {code}) for {out}")
+    results = json.loads((out / "results.json").read_text())
+    return float(results["test"]["acc"]), time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passed = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--teacher", required=True, metavar="RUN_DIR", help="the teacher's run")
+    p.add_argument("--out", default="runs/bench-deit", metavar="DIR", help="where both runs go")
+    p.add_argument("--distillation", choices=("hard", "soft"), default="hard")
+    p.add_argument("--max-steps", type=int, default=None, help="stop each run early (a check)")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    common = [*passed]
+    if args.max_steps is not None:
+        common += ["--max-steps", str(args.max_steps)]
+    rows = []
+    distil = ["--teacher", args.teacher, "--distillation", args.distillation]
+    for name, extra in (("with teacher", distil), ("without teacher", [])):
+        acc, seconds = train(out / name.replace(" ", "-"), [*extra, *common])
+        rows.append((f"DeiT {name}", acc, seconds))
+    print()
+    print(f"{'model':<28} {'test acc':>9} {'time':>9}")
+    for name, acc, seconds in rows:
+        print(f"{name:<28} {acc:>9.2%} {seconds:>8.0f}s")
+    print(f"{'tfam ViT (recipe, README)':<28} {VIT_ACC:>9.2%}")
+    print(f"{'target (issue 23)':<28} {TARGET:>9.2%}")
+    if args.max_steps is not None:
+        print(f"(stopped after {args.max_steps} steps per run: a check, not a result)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
