@@ -4,6 +4,7 @@ with pretrained weights."""
 from tfam.models.base import MODEL_CLASSES, AttentionWeights, TfamModel, from_pretrained
 from tfam.models.bert import Bert, BertConfig, mean_pool
 from tfam.models.gpt import GPT, GPTConfig
+from tfam.models.igpt import IGPT, IGPTConfig
 from tfam.models.registry import (
     PRESETS,
     count_parameters,
@@ -24,6 +25,8 @@ __all__ = [
     "BertConfig",
     "GPT",
     "GPTConfig",
+    "IGPT",
+    "IGPTConfig",
     "MODEL_CLASSES",
     "PRESETS",
     "TfamModel",
