@@ -533,9 +533,9 @@ _ITEM_NOUNS = {
 
 def _items(dataset: Any, task: Any) -> str:
     """The noun after the split sizes of the summary line."""
+    if getattr(dataset, "image_shape", None) is not None:
+        return "images"  # pixel sequences (iGPT), whatever the task
     if task.name == "causal-lm":
-        if getattr(dataset, "image_shape", None) is not None:
-            return "images"  # pixel sequences (iGPT)
         context = getattr(dataset, "context", None)
         return f"windows of {context} {task.unit}" if context else "windows"
     return _ITEM_NOUNS.get(task.name, task.unit)
