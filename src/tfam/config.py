@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "quick_gelu", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POOLS = ("cls", "mean")
 # How a position scheme acts: added to the tokens, rotating Q and K, a bias on the scores, or not

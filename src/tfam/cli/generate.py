@@ -1,5 +1,9 @@
 """`tfam generate DIR --prompt TEXT`: continue a prompt with a GPT run (or a GPT converted from
-Hugging Face), through ``model.generate`` (:mod:`tfam.generation`) with the KV cache."""
+Hugging Face), through ``model.generate`` (:mod:`tfam.generation`) with the KV cache.
+
+A run of a family whose tokens are pixels (``image_tokens``: iGPT) completes images instead:
+`tfam generate DIR --images 8 --samples 4 --out grid.png` gives the model the top half of held-out
+images of its dataset (palette.json beside the model) and draws the originals and completions."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ EPILOG = """examples:
   tfam generate runs/kjv --prompt "In the beginning" --temperature 0.8 --top-p 0.9 --seed 1
   tfam generate runs/kjv --prompt "And he said" --num-samples 3 --stop "." --seed 0
   tfam generate hf/gpt2-tfam --ids 464,3290,531 --greedy     a converted model without a tokenizer
+  tfam generate runs/digits-pixels --images 8 --samples 4 --seed 0 --out grid.png
+                                        an iGPT run: complete test images from their top half
 
 DIR is a GPT run directory of `tfam train gpt` (config.json, model.safetensors and the
 tokenizer.json that training saved beside them) or a GPT converted from Hugging Face with
@@ -34,6 +40,12 @@ model's end-of-text token, at the first --stop text (included in the output), or
 --max-new-tokens tokens (default: 200). Past the model's context (max_positions), each new
 token is predicted from the last max_positions tokens (the window slides); a prompt longer
 than the context is read from its last max_positions tokens (a note says so).
+
+An iGPT run (`tfam train igpt --data digits-pixels`) completes images: the first --images
+images of its dataset's --split (default: test) are cut after their top --rows rows (default:
+half), and --samples completions of each are sampled (--temperature, --top-k, --top-p, --seed,
+--greedy apply); the grid of originals, prompts and completions goes to --out (default:
+DIR/completions.png), and the share of completed pixels equal to the original's is printed.
 """
 
 HELP = "continue a prompt with a GPT run (sampling, greedy, top-k, top-p)"
@@ -84,10 +96,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
     p.add_argument(
         "--num-samples",
+        "--samples",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="continuations of the prompt to generate (default: 1)",
+        help="continuations of the prompt (of each image) to generate (default: 1; images: 4)",
     )
     p.add_argument(
         "--stop",
@@ -102,6 +115,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_false",
         help="recompute every position at every step (slower; the same tokens as the cache)",
     )
+    g = p.add_argument_group("image completion (a run whose tokens are pixels: iGPT)")
+    g.add_argument(
+        "--images", type=int, default=8, metavar="N", help="images to complete (default: 8)"
+    )
+    g.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        metavar="R",
+        help="the top rows given as the prompt (default: half the image)",
+    )
+    g.add_argument(
+        "--split", default="test", metavar="NAME", help="the dataset split (default: test)"
+    )
+    g.add_argument(
+        "--out", default=None, metavar="PNG", help="the grid (default: DIR/completions.png)"
+    )
     add_device_option(p)
     p.set_defaults(func=run)
 
@@ -112,6 +142,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def check_options(args: argparse.Namespace) -> None:
     """One-line errors for the decoding options, before any model is loaded."""
+    if args.num_samples is None:
+        args.num_samples = 1
     if args.prompt is None and args.ids is None:
         raise ValueError('give the prompt: --prompt "some text" (or --ids 1,2,3 for token ids)')
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
@@ -293,6 +325,8 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if _image_run(args.dir):
+        return run_images(args)
     check_options(args)
     device = device_from(args)
     loaded = load_lm(args.dir, device, need_tokenizer=args.prompt is not None)
@@ -323,4 +357,122 @@ def run(args: argparse.Namespace) -> int:
         print(head + cut_at_stop(continuation_text(tok, prompt, new), stops))
     sys.stdout.flush()
     note_outputs(samples, None, "generated text", loaded.tokenizer)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Images (a family whose tokens are pixels: iGPT)
+
+
+def _image_run(dir_arg: str) -> bool:
+    """Whether DIR holds a model whose tokens are pixels (its class's ``image_tokens``)."""
+    from pathlib import Path
+
+    from tfam.runs import family_class, read_config
+
+    if not (Path(dir_arg) / "config.json").is_file():
+        return False  # load_lm says what is missing
+    cls = family_class(read_config(Path(dir_arg)).family)
+    return bool(getattr(cls, "image_tokens", False))
+
+
+def check_image_options(args: argparse.Namespace) -> None:
+    """One-line errors for image completion, before any model is loaded."""
+    for flag, value in (("--prompt", args.prompt), ("--ids", args.ids), ("--stop", args.stop)):
+        if value is not None:
+            raise ValueError(
+                f"{flag} is invalid for an image run: it completes the top rows of held-out "
+                "images (--images, --rows, --split)"
+            )
+    if args.max_new_tokens is not None:
+        raise ValueError(
+            "--max-new-tokens is invalid for an image run: the rest of the image is generated "
+            "(--rows sets the prompt)"
+        )
+    if args.num_samples is None:
+        args.num_samples = 1 if args.greedy else 4
+    check_options(argparse.Namespace(**{**vars(args), "prompt": "", "stop": None}))
+    if args.images < 1:
+        raise ValueError(f"--images {args.images} is invalid: expected an int >= 1")
+
+
+def run_images(args: argparse.Namespace) -> int:
+    """Complete held-out images from their top rows and draw the grid."""
+    from pathlib import Path
+
+    import torch
+
+    from tfam.data import resolve_data
+    from tfam.data.vision.palette import load_palette
+    from tfam.models.igpt import complete
+    from tfam.runs import resolve_model, train_args
+    from tfam.viz import completion_grid
+
+    check_image_options(args)
+    run_dir = Path(args.dir)
+    palette, facts = load_palette(run_dir)
+    data_name = train_args(run_dir).get("data") or facts.get("dataset")
+    if not data_name:
+        raise ValueError(
+            f"{run_dir} names no dataset (train_args.json, palette.json): the held-out images "
+            "to complete come from the run's dataset"
+        )
+    entry = resolve_data(str(data_name))
+    if args.split not in entry.splits:
+        raise ValueError(
+            f"--split {args.split!r} is invalid: expected one of {', '.join(entry.splits)}"
+        )
+    dataset = entry.load(args.split)
+    c, h, w = (int(v) for v in facts["image_shape"])
+    rows = h // 2 if args.rows is None else args.rows
+    if not 1 <= rows < h:
+        raise ValueError(f"--rows {rows} is invalid: expected an int in [1, {h - 1}]")
+    device = device_from(args)
+    model = resolve_model(str(run_dir), what="DIR", kinds=("dir",)).load(device).eval()
+    if model.config.head != "lm":
+        raise ValueError(
+            f"{run_dir} holds an iGPT with head={model.config.head!r} (a classifier): "
+            "completing images needs a next-pixel run (`tfam train igpt --data digits-pixels`)"
+        )
+    n = min(args.images, len(dataset))
+    ids = dataset.ids[:n].to(device)
+    prompt = ids[:, : 1 + rows * w]
+    generator = None
+    if args.seed is not None and not args.greedy:
+        generator = torch.Generator(device=device).manual_seed(args.seed)
+    pixels = complete(
+        model,
+        prompt,
+        h * w,
+        samples=args.num_samples,
+        temperature=1.0 if args.temperature is None else args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        generator=generator,
+        greedy=args.greedy,
+    ).cpu()
+    shape = (c, h, w)
+    originals = palette.decode(ids[:, 1:].cpu(), shape)
+    completions = palette.decode(pixels.flatten(0, 1), shape).view(n, args.num_samples, *shape)
+    out = Path(args.out) if args.out else run_dir / "completions.png"
+    classes = getattr(dataset, "classes", None)
+    labels = [classes[int(y)] for y in dataset.labels[:n]] if classes else None
+    completion_grid(
+        originals,
+        completions,
+        rows,
+        out,
+        scale=palette.scale,
+        labels=labels,
+        title=f"{run_dir.name}: {n} {args.split} images from their top {rows} of {h} rows",
+    )
+    rest = pixels[:, :, rows * w :]
+    truth = ids[:, 1 + rows * w :].cpu().unsqueeze(1)
+    same = float((rest == truth).double().mean())
+    print(
+        f"completed {n} {args.split} images of {data_name} from their top {rows} of {h} rows, "
+        f"{args.num_samples} sample{'s' if args.num_samples != 1 else ''} each -> {out}"
+    )
+    print(f"completed pixels equal to the original's: {100 * same:.1f}%")
+    sys.stdout.flush()
     return 0

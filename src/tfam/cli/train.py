@@ -646,6 +646,8 @@ _ITEM_NOUNS = {
 
 def _items(dataset: Any, task: Any) -> str:
     """The noun after the split sizes of the summary line."""
+    if getattr(dataset, "image_shape", None) is not None:
+        return "images"  # pixel sequences (iGPT), whatever the task
     if task.name == "causal-lm":
         context = getattr(dataset, "context", None)
         return f"windows of {context} {task.unit}" if context else "windows"

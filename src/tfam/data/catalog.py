@@ -42,6 +42,7 @@ from tfam.data.sources.images import (
     load_digits,
     load_fashion_mnist,
 )
+from tfam.data.sources.pixels import load_pixels, pixels_info
 from tfam.data.sources.sentiment import SENTIMENT_INFO, load_sentiment
 from tfam.data.sources.seq2seq import (
     KJV_RV_VOCAB,
@@ -670,5 +671,69 @@ register_dataset(
         ),
         splits=TEXT_SPLITS,
         train_split="train",
+    )
+)
+
+
+# Images as pixel sequences (iGPT, Chen et al. 2020): the image datasets' splits and seeds, each
+# image its palette ids after a start token (tfam.data.sources.pixels), the labels kept: the
+# default task pre-trains by next-pixel prediction; --task classify fine-tunes (with --init, the
+# pre-trained run). A run keeps its palette in palette.json (`tfam generate RUN` completes
+# held-out images with it).
+
+_PIXEL_TASKS = ("causal-lm", "sequence-classification")
+
+register_dataset(
+    DatasetEntry(
+        name="digits-pixels",
+        task="causal-lm",
+        info=pixels_info("digits"),
+        loader=lambda split, root=None, seed=0: load_pixels("digits", split, seed=seed),
+        recipe=Recipe(
+            preset="igpt_digits",
+            train={
+                "epochs": 30,
+                "batch_size": 64,
+                "lr": 2e-3,
+                "min_lr": 1e-5,
+                "weight_decay": 0.05,
+                "warmup_epochs": 3.0,
+                "label_smoothing": 0.0,
+                "clip_grad": 1.0,
+            },
+            threads=1,
+            note="an iGPT on the 8x8 digits, 17 grey levels (exact): next-pixel prediction",
+        ),
+        tasks=_PIXEL_TASKS,
+        aliases=("digits-igpt",),
+    )
+)
+
+register_dataset(
+    DatasetEntry(
+        name="fashion-mnist-pixels",
+        task="causal-lm",
+        info=pixels_info("fashion-mnist"),
+        loader=lambda split, root=None, seed=0: load_pixels(
+            "fashion-mnist", split, root=root, seed=seed
+        ),
+        recipe=Recipe(
+            preset="igpt_fashion_mnist",
+            train={
+                "epochs": 5,
+                "max_minutes": 30.0,
+                "batch_size": 64,
+                "lr": 1e-3,
+                "min_lr": 1e-5,
+                "weight_decay": 0.05,
+                "warmup_epochs": 0.2,
+                "label_smoothing": 0.0,
+                "clip_grad": 1.0,
+                "eval_batch_size": 500,
+            },
+            note="an iGPT on Fashion-MNIST at 14x14, 16 grey levels; 30 minutes at most",
+        ),
+        tasks=_PIXEL_TASKS,
+        aliases=("fashion-mnist-igpt",),
     )
 )

@@ -19,6 +19,8 @@ FLOPS_PER_ELEMENT: dict[str, int] = {
     # 0.5 * x * (1 + erf(x / sqrt 2)), or its tanh form x^3, poly, tanh, add, mul.
     "gelu": 8,
     "gelu_tanh": 8,
+    # x * sigmoid(1.702 x): scale, negate, exp, add, divide, multiply.
+    "quick_gelu": 6,
     # x * sigmoid(x): negate, exp, add, divide, multiply.
     "silu": 5,
     # (e^x - e^-x) / (e^x + e^-x).

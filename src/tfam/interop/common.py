@@ -29,11 +29,18 @@ HF_TO_TFAM_ACT = {
     "gelu_new": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
     "relu": "relu",
+    "quick_gelu": "quick_gelu",
     "silu": "silu",
     "swish": "silu",
 }
 # tfam activation -> HF hidden_act; 'gelu_pytorch_tanh' calls the same torch kernel as tfam.
-TFAM_TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}
+TFAM_TO_HF_ACT = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_pytorch_tanh",
+    "quick_gelu": "quick_gelu",
+    "relu": "relu",
+    "silu": "silu",
+}
 # tfam kernels that compute exact softmax attention, and the HF implementation that matches.
 TFAM_TO_HF_ATTN = {"math": "eager", "sdpa": "sdpa", "auto": "sdpa"}
 

@@ -304,12 +304,19 @@ class TransformerStack(nn.Module):
         memory_mask: Tensor | None = None,
         cache: StackCache | None = None,
         positions: TokenPositions | None = None,
+        layers: int | None = None,
     ) -> tuple[Tensor, list[Any] | None]:
         """x (B, L, D); mask: self-attention mask (True = may attend); memory/memory_mask:
         encoder output and its padding mask (decoder stacks); cache: from :meth:`make_cache`.
         ``last_queries=n`` (encoder stacks): the last block computes the first n tokens only,
         (B, n, D). ``positions``: where x's tokens sit (the family's, computed once per
-        forward); by default ``cache.position + arange(L)``."""
+        forward); by default ``cache.position + arange(L)``. ``layers=n``: run the first n
+        blocks only and return their output (a middle layer's features: iGPT's probe)."""
+        blocks = self.blocks if layers is None else self.blocks[:layers]
+        if layers is not None and not 0 <= layers <= len(self.blocks):
+            raise ValueError(
+                f"layers={layers!r} is invalid: expected an int in [0, {len(self.blocks)}]"
+            )
         if positions is None:
             positions = TokenPositions(cache.position if cache is not None else 0, x.shape[1])
         if self.bias_provider is not None:
@@ -322,8 +329,8 @@ class TransformerStack(nn.Module):
         )
         q_positions = positions.query(x.device) if hooked else None
         all_weights: list[Any] | None = [] if need_weights else None
-        last = len(self.blocks) - 1
-        for i, block in enumerate(self.blocks):
+        last = len(blocks) - 1
+        for i, block in enumerate(blocks):
             layer_cache = None if cache is None else cache[i]
             if self.kind == "decoder":
                 x, weights = block(

@@ -8,10 +8,22 @@ from torch import Tensor, nn
 
 from tfam.config import BaseConfig
 
+
+def quick_gelu(x: Tensor) -> Tensor:
+    """x * sigmoid(1.702 x): GELU's sigmoid approximation (Hendrycks & Gimpel 2016, sec. 2),
+    the activation of OpenAI's iGPT and CLIP (Hugging Face's ``quick_gelu``)."""
+    return x * torch.sigmoid(1.702 * x)
+
+
+def _quick_gelu_(x: Tensor) -> Tensor:
+    return x.mul_(torch.sigmoid(1.702 * x))
+
+
 _PLAIN = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "quick_gelu": quick_gelu,
     "silu": F.silu,
 }
 _GATED = {"swiglu": F.silu, "geglu": F.gelu}
@@ -21,6 +33,7 @@ _PLAIN_INPLACE = {
     "relu": torch.relu_,
     "gelu": torch.ops.aten.gelu_,
     "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "quick_gelu": _quick_gelu_,
     "silu": lambda x: F.silu(x, inplace=True),
 }
 

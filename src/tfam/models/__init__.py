@@ -5,6 +5,7 @@ from tfam.models.base import MODEL_CLASSES, AttentionWeights, TfamModel, from_pr
 from tfam.models.bert import Bert, BertConfig, mean_pool
 from tfam.models.deit import DeiT, DeiTConfig
 from tfam.models.gpt import GPT, GPTConfig
+from tfam.models.igpt import IGPT, IGPTConfig
 from tfam.models.registry import (
     PRESETS,
     count_parameters,
@@ -27,6 +28,8 @@ __all__ = [
     "DeiTConfig",
     "GPT",
     "GPTConfig",
+    "IGPT",
+    "IGPTConfig",
     "MODEL_CLASSES",
     "PRESETS",
     "TfamModel",

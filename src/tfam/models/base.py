@@ -97,6 +97,9 @@ class TfamModel(nn.Module, ABC):
     head_tasks: ClassVar[dict[str, str]] = {}
     # Whether ``generate`` continues a sequence (greedy, sampling, beam search).
     generates: ClassVar[bool] = False
+    # Whether its tokens are an image's palette ids in raster order (iGPT: a palette.json
+    # beside the run): `tfam generate` then completes held-out images instead of text.
+    image_tokens: ClassVar[bool] = False
     # Whether mean-pooled ``forward_features`` are sentence embeddings (`tfam embed`).
     embeds: ClassVar[bool] = False
     # Its Hugging Face converters (tfam.interop.registry.Converter): they add themselves here

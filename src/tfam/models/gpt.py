@@ -161,9 +161,11 @@ class GPT(GenerationMixin, TfamModel):
         key_mask: Tensor | None,
         cache: Any = None,
         need_weights: bool = False,
+        layers: int | None = None,
     ) -> tuple[Tensor, list[Any] | None]:
         """ids (B, n) (the new tokens when cached); key_mask (B, Lk) over every key so far or
-        None -> final-normed hidden states (B, n, D), weights."""
+        None -> final-normed hidden states (B, n, D), weights. ``layers=l``: the output of the
+        first l blocks, put through the final norm (a middle layer's features)."""
         offset = cache.position if cache is not None else 0
         n = ids.shape[1]
         # Only a learned table bounds the length; every other scheme runs past max_positions.
@@ -177,6 +179,7 @@ class GPT(GenerationMixin, TfamModel):
             cache=cache,
             positions=positions,
             need_weights=need_weights,
+            layers=layers,
         )
         return self.norm(x), weights
 

@@ -175,6 +175,11 @@ class ReportingMixin:
         info = preprocess_info(self.train_set)
         if info is not None:
             write_json(self.out_dir / "preprocess.json", info)
+        # Files a dataset keeps with its runs (name -> JSON object): a pixel dataset's palette.
+        run_files = getattr(self.train_set, "run_files", None)
+        if callable(run_files):
+            for name, data in run_files().items():
+                write_json(self.out_dir / name, data)
         if final and hasattr(self.model, "save_pretrained"):
             try:
                 sharding.plain_model(self.model, self._full_weights).save_pretrained(self.out_dir)

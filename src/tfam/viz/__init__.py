@@ -16,6 +16,7 @@ the Figure and, given ``out``, saves it as PNG.
 
 from tfam.viz.alignment import cross_attention, plot_alignment
 from tfam.viz.attention import AttentionMaps, attention_maps, attention_rollout, plot_attention
+from tfam.viz.completion import completion_grid
 from tfam.viz.complexity import plot_complexity
 from tfam.viz.confusion import plot_confusion
 from tfam.viz.curves import plot_curves, read_metrics
@@ -29,6 +30,7 @@ __all__ = [
     "AttentionMaps",
     "attention_maps",
     "attention_rollout",
+    "completion_grid",
     "cross_attention",
     "plot_alignment",
     "plot_attention",

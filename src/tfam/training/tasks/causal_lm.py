@@ -75,6 +75,23 @@ class CausalLM(TokenTask):
         labels = ids[:, 1:].masked_fill(~mask[:, 1:], IGNORE_INDEX)
         return {"input_ids": ids[:, :-1], "labels": labels}
 
+    def training_batch(self, model: nn.Module, batch: Batch) -> Batch:
+        return self._without_start_targets(model, batch)
+
+    def evaluation_batch(self, model: nn.Module, batch: Batch) -> Batch:
+        return self._without_start_targets(model, batch)
+
+    @staticmethod
+    def _without_start_targets(model: nn.Module, batch: Batch) -> Batch:
+        """A model with a start token that it reads but never predicts (iGPT: its head scores
+        every id but ``config.start_token_id``) counts no label equal to it. Image sequences
+        hold it only at position 0, which is never a label, so this changes nothing there."""
+        start = getattr(model_config(model), "start_token_id", None)
+        labels = batch["labels"]
+        if start is None or not bool((labels == start).any()):
+            return batch
+        return {**batch, "labels": labels.masked_fill(labels == start, IGNORE_INDEX)}
+
     def units(self, batch: Batch) -> float:
         """Throughput is counted in predicted tokens (characters for a character model)."""
         return float(self.count(batch))

@@ -1,0 +1,288 @@
+"""iGPT (Chen et al. 2020, "Generative Pretraining from Pixels"): a GPT over pixels. An image is
+quantised to a palette (grey levels or k-means colour clusters: :mod:`tfam.data.vision.palette`),
+read in raster order as a sequence of palette ids after a start token, and the model learns
+p(x) = prod_i p(x_i | x_1..x_{i-1}) (the paper's eq. 1) by predicting the next pixel:
+
+palette ids (B, L), ids[:, 0] = the start token (the last id, vocab_size - 1)
+  -> token embedding + learned position embedding, dropout
+  -> N x [ X1 = X0 + MaskedMHSA(norm(X0));  X_out = X1 + MLP(norm(X1)) ]   (pre-norm)
+  -> final norm -> head
+
+as OpenAI's release and Hugging Face's ImageGPT compute it: the norm has no mean subtraction
+and no bias, x / sqrt(mean(x^2) + eps) * g (tfam's ``rmsnorm``), the MLP's activation is
+quick GELU, x * sigmoid(1.702 x), the vocabulary is the palette plus the start token, and the
+LM head (untied) scores the palette only (vocab_size - 1 classes: the start token is never
+predicted).
+
+Heads (``head``): ``"lm"`` (next-pixel logits (B, L, V - 1): pre-training, completion),
+``"sequence"`` (classification for fine-tuning: a bias-free Linear on the mean over positions
+of the final-normed output of the last block: Hugging Face's
+``ImageGPTForImageClassification``), ``"none"`` (the final-normed hidden states: Hugging Face's
+``ImageGPTModel``). :func:`features` gives the mean-pooled features of any layer, for the
+paper's linear probe (its best layers are in the middle of the stack); to fine-tune on block
+l's features, build the classifier with ``depth=l`` (``tfam train igpt --task classify --init
+RUN --set depth=l``: the first l blocks are copied, the later ones left out).
+
+The model is tfam's GPT with these choices (it reuses GPT's embedding, stack, positions and
+decoding): ``generate`` continues a prompt of pixels, and ``tfam generate RUN`` completes
+held-out images from their top half (:attr:`IGPT.image_tokens`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from tfam.config import check_choice, check_positive_int, config_error
+from tfam.generation import DecodingState
+from tfam.layers import TransformerStack, make_norm
+from tfam.layers.position import build_position
+from tfam.models.base import AttentionWeights, TfamModel
+from tfam.models.gpt import GPT, GPTConfig
+from tfam.models.registry import register_preset
+
+__all__ = ["IGPT", "IGPTConfig", "complete", "features"]
+
+HEADS = ("lm", "sequence", "none")
+
+
+@dataclass
+class IGPTConfig(GPTConfig):
+    """An image GPT; the defaults are Hugging Face's ``openai/imagegpt-small``: D=512, N=24,
+    H=8, 512 colour clusters + the start token, 1024 positions (32 x 32 pixels), quick GELU,
+    RMS norm (eps 1e-5), an untied LM head. The start token is always ``vocab_size - 1``
+    (:attr:`start_token_id`); ``max_positions`` must hold what the model reads: H*W for
+    next-pixel prediction ([start] + all pixels but the last), 1 + H*W to classify whole
+    images with the start token."""
+
+    family: ClassVar[str] = "igpt"
+
+    dim: int = 512
+    depth: int = 24
+    heads: int = 8
+    activation: str = "quick_gelu"
+    norm: str = "rmsnorm"
+    norm_eps: float = 1e-5
+    vocab_size: int = 513
+    max_positions: int = 1024
+    tie_output: bool = False  # the head scores vocab_size - 1 ids: it cannot be the embedding
+    head: str = "lm"
+    num_labels: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.vocab_size < 2:
+            raise config_error(
+                "vocab_size", self.vocab_size, "expected >= 2: a palette of >= 1 id + the start"
+            )
+        if self.tie_output:
+            raise config_error(
+                "tie_output",
+                self.tie_output,
+                "expected False: iGPT's head scores vocab_size - 1 palette ids, its embedding "
+                "has vocab_size rows (the start token too)",
+            )
+        check_choice("head", self.head, HEADS)
+        check_positive_int("num_labels", self.num_labels)
+
+    @property
+    def start_token_id(self) -> int:
+        """The start-of-image token: the last id (Hugging Face's convention)."""
+        return self.vocab_size - 1
+
+    @property
+    def palette_size(self) -> int:
+        """The pixel ids: every id but the start token."""
+        return self.vocab_size - 1
+
+
+class IGPT(GPT):
+    """``model(input_ids (B, L), attention_mask=None)`` -> by ``config.head``: next-pixel
+    logits (B, L, V - 1) ("lm"), class logits (B, C) ("sequence"), or the final-normed hidden
+    states (B, L, D) ("none"). ``generate`` continues pixel prompts (head "lm")."""
+
+    config_class = IGPTConfig
+    title = "iGPT"
+    inputs = "tokens"
+    tasks = ("causal-lm", "sequence-classification")
+    head_tasks: ClassVar[dict[str, str]] = {
+        "lm": "causal-lm",
+        "sequence": "sequence-classification",
+    }
+    generates = True
+    # Its tokens are an image's palette ids in raster order (palette.json beside a run):
+    # `tfam generate` completes images instead of text.
+    image_tokens: ClassVar[bool] = True
+
+    def __init__(self, config: IGPTConfig) -> None:
+        TfamModel.__init__(self, config)  # GPT's parts, iGPT's head: built here, not by GPT
+        c = config
+        self.tok_embed = nn.Embedding(c.vocab_size, c.dim)
+        self.position = build_position(c, length=c.max_positions)
+        self.pos_embed = self.position.make_table()  # (max_positions, D) when learned
+        self.drop = nn.Dropout(c.dropout)
+        self.stack = TransformerStack(c, causal=True)
+        self.norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
+        if c.head == "lm":
+            self.lm_head = nn.Linear(c.dim, c.palette_size, bias=False)
+        elif c.head == "sequence":
+            self.score = nn.Linear(c.dim, c.num_labels, bias=False)  # HF's name and bias
+        self.init_weights()
+
+    # -- the network -----------------------------------------------------------------------
+    def pooled_features(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        layer: int | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        """input_ids (B, L) -> the mean over real positions of the final-normed output of block
+        ``layer`` (1..N; None: the last), (B, D) [, :class:`AttentionWeights` of the blocks
+        run]. The final norm's per-feature gain does not change what a linear probe can
+        separate; at the last layer this is Hugging Face's classification pooling."""
+        self.check_ids(input_ids)
+        mask = self._check_mask(attention_mask, input_ids)
+        x, weights = self._hidden(input_ids, mask, need_weights=return_attention, layers=layer)
+        if mask is None:
+            pooled = x.mean(dim=1)
+        else:
+            m = mask.to(x.dtype).unsqueeze(-1)
+            pooled = (x * m).sum(dim=1) / m.sum(dim=1).clamp_min(1)
+        if return_attention:
+            return pooled, AttentionWeights("decoder", decoder=weights or [])
+        return pooled
+
+    def forward_features(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, AttentionWeights]:
+        """input_ids (B, L), attention_mask (B, L) True/1 = real token -> what the head reads:
+        final-normed hidden states (B, L, D) (heads "lm", "none"), or their mean over real
+        positions (B, D) (head "sequence")
+        [, :class:`AttentionWeights`]."""
+        c = self.config
+        if c.head == "sequence":
+            return self.pooled_features(
+                input_ids, attention_mask, return_attention=return_attention
+            )
+        return super().forward_features(input_ids, attention_mask, return_attention)
+
+    def forward_head(self, features: Tensor) -> Tensor:
+        """(B, L, D) -> next-pixel logits (B, L, V - 1) ("lm": at i, the scores of pixel
+        i + 1); (B, D) -> class logits (B, C) ("sequence"); identity ("none")."""
+        head = self.config.head
+        if head == "lm":
+            return self.lm_head(features)
+        if head == "sequence":
+            return self.score(features)
+        return features
+
+    # -- decoding --------------------------------------------------------------------------
+    def prepare_decoding(
+        self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int, use_cache: bool
+    ) -> tuple[DecodingState, Tensor]:
+        if self.config.head != "lm":
+            raise ValueError(
+                f"head={self.config.head!r} cannot generate: only an iGPT with head='lm' "
+                "predicts the next pixel"
+            )
+        return super().prepare_decoding(input_ids, attention_mask, max_new_tokens, use_cache)
+
+    def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
+        """[start] + random pixel ids, (B, min(8, max_positions))."""
+        c = self.config
+        length = min(8, c.max_positions)
+        ids = torch.randint(0, c.palette_size, (batch_size, length))
+        ids[:, 0] = c.start_token_id
+        return (ids,)
+
+
+def features(
+    model: IGPT, ids: Tensor, layer: int | None = None, attention_mask: Tensor | None = None
+) -> Tensor:
+    """The linear probe's features (Chen et al. 2020, sec. 3.3): ids (B, L) -> the mean over
+    positions of the final-normed output of block ``layer`` (1..N, None: the last), (B, D).
+    Runs the first ``layer`` blocks only, without gradients; any head."""
+    with torch.no_grad():
+        out = model.pooled_features(ids, attention_mask, layer)
+    assert isinstance(out, Tensor)
+    return out
+
+
+def complete(
+    model: IGPT,
+    prompt: Tensor,
+    length: int,
+    *,
+    samples: int = 1,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    greedy: bool = False,
+) -> Tensor:
+    """Complete images: ``prompt`` (B, P) palette ids ([start] + the first pixels in raster
+    order) -> (B, samples, length) pixel ids: the prompt's pixels and the sampled rest, each
+    image's ``samples`` completions drawn independently (KV cache; at most ``length`` pixels,
+    so ``max_positions >= length`` reads every pixel)."""
+    c = model.config
+    if prompt.ndim != 2 or prompt.shape[1] < 1:
+        raise ValueError(f"prompt has shape {tuple(prompt.shape)}; expected (B, P) with P >= 1")
+    new = length + 1 - prompt.shape[1]
+    if new < 1:
+        raise ValueError(
+            f"the prompt holds {prompt.shape[1] - 1} pixels; expected fewer than length={length}"
+        )
+    ids = prompt.repeat_interleave(samples, dim=0)
+    with torch.inference_mode():
+        out = model.generate(
+            ids,
+            max_new_tokens=new,
+            do_sample=not greedy,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+        )
+    pixels = out[:, 1 : 1 + length].clamp_max(c.palette_size - 1)
+    return pixels.reshape(prompt.shape[0], samples, length)
+
+
+def _igpt(name: str, description: str, **values: Any) -> None:
+    register_preset(name, "igpt", description, **values)
+
+
+_igpt(
+    "imagegpt_small",
+    "Hugging Face's openai/imagegpt-small (76M): D=512, H=8, N=24, 512 colour clusters + start, "
+    "1024 positions (32 x 32), quick GELU, RMS norm, untied head",
+)
+_igpt(
+    "igpt_digits",
+    "an iGPT for the 8x8 digits (17 grey levels + start): D=128, H=4, N=4, 65 positions "
+    "([start] + 64 pixels, so whole images classify too)",
+    dim=128,
+    heads=4,
+    depth=4,
+    vocab_size=18,
+    max_positions=65,
+    dropout=0.0,
+    attn_dropout=0.0,
+)
+_igpt(
+    "igpt_fashion_mnist",
+    "an iGPT for Fashion-MNIST at 14x14 (16 grey levels + start): D=128, H=4, N=6, 197 positions",
+    dim=128,
+    heads=4,
+    depth=6,
+    vocab_size=17,
+    max_positions=197,
+    dropout=0.0,
+    attn_dropout=0.0,
+)

@@ -1,0 +1,89 @@
+"""iGPT end to end on the digits as pixels: `tfam train igpt` pre-trains by next-pixel
+prediction (the loss falls) and keeps its palette, `tfam generate RUN` completes held-out
+images into a PNG grid, and `--task classify --init RUN` fine-tunes a classifier from it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import tfam
+from tfam.models.igpt import complete, features
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = ["--set", "dim=32", "--set", "depth=1", "--set", "heads=2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("igpt") / "run"
+    argv = ["train", "igpt", "--data", "digits-pixels", "--epochs", "3", "--lr", "3e-3"]
+    assert tfam.cli.main([*argv, *TINY, "--out", str(out)]) == 0
+    return out
+
+
+def test_pretraining_loss_falls_and_the_palette_is_kept(pretrained: Path) -> None:
+    with open(pretrained / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    val = [float(r["val_loss"]) for r in rows if r.get("val_loss")]
+    assert len(val) == 3 and val[-1] < val[0]
+    # Uniform over 17 levels is ln 17 = 2.83 nats per pixel; the model does far better.
+    assert val[-1] < 2.0
+    palette = json.loads((pretrained / "palette.json").read_text())
+    assert palette["kind"] == "grey" and palette["image_shape"] == [1, 8, 8]
+    model = tfam.from_pretrained(pretrained)
+    assert model.config.vocab_size == 18 and model.config.start_token_id == 17
+
+
+def test_generate_completes_images_into_a_grid(pretrained: Path, cli, tmp_path) -> None:
+    out = tmp_path / "grid.png"
+    code, stdout, _ = cli(
+        ["generate", pretrained, "--images", "3", "--samples", "2", "--seed", "0", "--out", out]
+    )
+    assert code == 0 and out.stat().st_size > 0
+    assert "completed 3 test images of digits-pixels from their top 4 of 8 rows" in stdout
+    code, _, err = cli(["generate", pretrained, "--prompt", "x"])
+    assert code == 2 and "--prompt is invalid for an image run" in err
+
+
+def test_completion_keeps_the_prompt_and_is_seeded(pretrained: Path) -> None:
+    model = tfam.from_pretrained(pretrained)
+    ids = tfam.data.load_dataset("digits-pixels", "test").ids[:2]
+    prompt = ids[:, :33]
+    a = complete(model, prompt, 64, samples=2, generator=torch.Generator().manual_seed(1))
+    b = complete(model, prompt, 64, samples=2, generator=torch.Generator().manual_seed(1))
+    assert a.shape == (2, 2, 64) and torch.equal(a, b)
+    assert torch.equal(a[:, 0, :32], ids[:, 1:33]) and int(a.max()) < 17
+
+
+def test_features_of_a_middle_layer(pretrained: Path) -> None:
+    model = tfam.create_model("igpt_digits", dim=16, heads=2, depth=3).eval()
+    ids = tfam.data.load_dataset("digits-pixels", "test").ids[:4, :-1]
+    f1, f3 = features(model, ids, 1), features(model, ids, 3)
+    assert f1.shape == f3.shape == (4, 16) and not torch.allclose(f1, f3)
+    # Layer 1's features do not depend on the later blocks.
+    with torch.no_grad():
+        model.stack.blocks[2].mlp.fc2.weight.add_(1.0)
+    torch.testing.assert_close(features(model, ids, 1), f1, rtol=0, atol=0)
+
+
+def test_fine_tune_a_classifier_from_the_pretrained_run(pretrained: Path, cli, tmp_path) -> None:
+    out = tmp_path / "classify"
+    argv = ["train", "igpt", "--data", "digits-pixels", "--task", "classify", "--init"]
+    argv += [pretrained, "--max-steps", "2", "--out", out]
+    code, stdout, _ = cli(argv)
+    assert code == 0
+    # Every tensor of the pre-trained run but its LM head (the embeddings, the block's ten,
+    # the final norm); the classifier is new.
+    assert "-> 13 tensors copied, score new (head 'lm' -> 'sequence')" in stdout, stdout
+    model = tfam.from_pretrained(out)
+    assert model.config.head == "sequence" and model.config.num_labels == 10
+    assert model.config.dim == 32 and model.config.depth == 1  # --init's architecture
+    results = json.loads((out / "results.json").read_text())
+    assert math.isfinite(results["test"]["loss"])
