@@ -15,6 +15,7 @@ from tfam.models.registry import (
     load_pretrained,
     register_pretrained,
 )
+from tfam.models.swin import Swin, SwinConfig
 from tfam.models.transformer import Transformer, TransformerConfig
 from tfam.models.vit import ViT, ViTConfig
 
@@ -26,6 +27,8 @@ __all__ = [
     "GPTConfig",
     "MODEL_CLASSES",
     "PRESETS",
+    "Swin",
+    "SwinConfig",
     "TfamModel",
     "Transformer",
     "TransformerConfig",
