@@ -75,7 +75,7 @@ HF_FIXED_EPS = 1e-5
 _IGNORED_HF_KEYS = {"embeddings.mask_token"}
 
 
-def _block_pairs(s: int, j: int, qkv_bias: bool) -> list[tuple[list[str], str]]:
+def _block_pairs(s: int, j: int, qkv_bias: bool, fused: bool) -> list[tuple[list[str], str]]:
     """(HF names, tfam name) for block j of stage s; Q, K, V are concatenated along dim 0."""
     hf, tf = f"encoder.layers.{s}.blocks.{j}.", f"encoder.stages.{s}.blocks.{j}."
     pairs: list[tuple[list[str], str]] = [
@@ -93,7 +93,10 @@ def _block_pairs(s: int, j: int, qkv_bias: bool) -> list[tuple[list[str], str]]:
         if suffix == "bias" and not qkv_bias:
             continue
         names = [f"{hf}attention.{p}_proj.{suffix}" for p in "qkv"]
-        pairs.append((names, f"{tf}mhsa.qkv.{suffix}"))  # rows [W_Q; W_K; W_V]
+        if fused:
+            pairs.append((names, f"{tf}mhsa.qkv.{suffix}"))  # rows [W_Q; W_K; W_V]
+        else:
+            pairs += [([n], f"{tf}mhsa.{p}_proj.{suffix}") for p, n in zip("qkv", names)]
     return pairs
 
 
@@ -110,7 +113,7 @@ def weight_pairs(config: SwinConfig) -> list[tuple[list[str], str]]:
         pairs.append((["embeddings.position_embeddings"], "pos_embed"))
     for s, depth in enumerate(config.depths):
         for j in range(depth):
-            pairs += _block_pairs(s, j, config.qkv_bias)
+            pairs += _block_pairs(s, j, config.qkv_bias, config.fused_qkv)
         if s + 1 < len(config.depths):  # HF merges at the end of stage s, tfam at s+1's start
             hf, tf = f"encoder.layers.{s}.downsample.", f"encoder.stages.{s + 1}.downsample."
             pairs += [([f"{hf}reduction.weight"], f"{tf}reduction.weight")]
@@ -156,7 +159,7 @@ def _check_windows(config: SwinConfig, window: int, what: str) -> None:
 
 
 def config_from_hf(
-    hf_config: Any, *, num_classes: int, attention: str = "sdpa"
+    hf_config: Any, *, num_classes: int, fused_qkv: bool = True, attention: str = "sdpa"
 ) -> SwinConfig:
     """tfam SwinConfig for an HF SwinConfig; ``num_classes`` is the classifier's (0: none)."""
     activation = activation_from_hf(hf_config.hidden_act)
@@ -199,6 +202,7 @@ def config_from_hf(
         drop_path=float(hf_config.drop_path_rate),
         attention=attention,
         qkv_bias=bool(hf_config.qkv_bias),
+        fused_qkv=fused_qkv,
         init_std=init_std,
         position="learned" if hf_config.use_absolute_embeddings else "none",
         image_size=hf_config.image_size,
@@ -210,7 +214,7 @@ def config_from_hf(
     return config
 
 
-def swin_from_hf(hf_model: Any, *, attention: str = "sdpa") -> Swin:
+def swin_from_hf(hf_model: Any, *, fused_qkv: bool = True, attention: str = "sdpa") -> Swin:
     """A tfam Swin computing what ``hf_model`` computes, with copies of its weights.
 
     - ``SwinForImageClassification``: ``model(x)`` equals ``hf_model(pixel_values=x).logits``
@@ -218,7 +222,8 @@ def swin_from_hf(hf_model: Any, *, attention: str = "sdpa") -> Swin:
     - ``SwinModel``: ``model.forward_features(x)`` equals ``last_hidden_state`` (B, N_S, D_S)
       and ``model(x)`` (``num_classes=0``: the averaged tokens) equals ``pooler_output``.
 
-    ``attention`` names the tfam kernel. The result is in ``hf_model``'s train/eval mode."""
+    ``fused_qkv`` keeps W_Q, W_K, W_V as one (3D, D) matrix (rows [q; k; v]); ``attention``
+    names the tfam kernel. The result is in ``hf_model``'s train/eval mode."""
     kind = _hf_kind(hf_model)
     num_classes = 0
     if kind == "classification":
@@ -229,7 +234,9 @@ def swin_from_hf(hf_model: Any, *, attention: str = "sdpa") -> Swin:
                 f"hf_model.classifier={type(hf_model.classifier).__name__} is invalid: expected "
                 "the nn.Linear (or nn.Identity for num_labels=0) of SwinForImageClassification"
             )
-    config = config_from_hf(hf_model.config, num_classes=num_classes, attention=attention)
+    config = config_from_hf(
+        hf_model.config, num_classes=num_classes, fused_qkv=fused_qkv, attention=attention
+    )
     hf_state: dict[str, Tensor] = {}
     for key, value in hf_model.state_dict().items():
         if kind == "classification":
