@@ -33,7 +33,10 @@ CASES = {
     "padding": dict(image_size=36, depths=[2, 2], num_heads=[2, 4], window_size=4),
     # 14x10 -> 7x5 (window 3: pads 7 -> 9, 5 -> 6), non-square, absolute positions
     "non_square": dict(
-        image_size=(28, 20), depths=[2, 2], num_heads=[2, 4], window_size=3,
+        image_size=(28, 20),
+        depths=[2, 2],
+        num_heads=[2, 4],
+        window_size=3,
         use_absolute_embeddings=True,
     ),  # fmt: skip
     "no_qkv_bias": dict(image_size=16, depths=[2], num_heads=[2], window_size=4, qkv_bias=False),
@@ -57,7 +60,9 @@ def randomized(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 def images(config: transformers.SwinConfig, batch: int = 2) -> torch.Tensor:
     size = config.image_size
     size = (size, size) if isinstance(size, int) else tuple(size)
-    return torch.randn(batch, config.num_channels, *size, generator=torch.Generator().manual_seed(1))
+    return torch.randn(
+        batch, config.num_channels, *size, generator=torch.Generator().manual_seed(1)
+    )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -121,7 +126,12 @@ def test_config_mapping() -> None:
     c = model.config
     assert (c.dim, c.heads, c.depths, c.window, c.ffn_dim) == (16, 2, (2, 2), 3, 32)
     assert (c.image_size, c.patch_size, c.num_classes) == ((28, 20), (2, 2), 5)
-    assert (c.position, c.activation, c.drop_path, c.norm_eps) == ("learned", "gelu_tanh", 0.2, 1e-5)
+    assert (c.position, c.activation, c.drop_path, c.norm_eps) == (
+        "learned",
+        "gelu_tanh",
+        0.2,
+        1e-5,
+    )
 
 
 @pytest.mark.parametrize(

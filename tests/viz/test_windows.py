@@ -21,7 +21,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def swin_run(tmp_path_factory) -> Path:
     """`tfam train swin --data digits` for 2 steps: the catalog's Swin recipe end to end."""
     out = tmp_path_factory.mktemp("runs") / "swin"
-    code = tfam.cli.main(["train", "swin", "--data", "digits", "--max-steps", "2", "--out", str(out)])
+    code = tfam.cli.main(
+        ["train", "swin", "--data", "digits", "--max-steps", "2", "--out", str(out)]
+    )
     assert code == 0
     return out
 

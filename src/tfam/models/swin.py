@@ -234,7 +234,9 @@ class Swin(TfamModel):
         [, :class:`AttentionWeights`: "encoder", one map per block, stage after stage,
         (B * nW, H_s, Ws^2, Ws^2): each window's attention, windows of one image contiguous,
         row-major over the (rolled, padded) grid]."""
-        tokens, _, weights = self.encoder(self.embed(x), self.grid(x), need_weights=return_attention)
+        tokens, _, weights = self.encoder(
+            self.embed(x), self.grid(x), need_weights=return_attention
+        )
         tokens = self.norm(tokens)
         if return_attention:
             return tokens, AttentionWeights("encoder", encoder=weights or [])

@@ -81,9 +81,7 @@ def window_maps(
         raise ValueError(f"stage={stage!r} is invalid: the model has stages 1..{len(stages)}")
     blocks = stages[stage - 1].blocks
     if not isinstance(block, int) or not 1 <= block <= len(blocks):
-        raise ValueError(
-            f"block={block!r} is invalid: stage {stage} has blocks 1..{len(blocks)}"
-        )
+        raise ValueError(f"block={block!r} is invalid: stage {stage} has blocks 1..{len(blocks)}")
     was_training = model.training
     model.eval()
     try:
