@@ -38,8 +38,8 @@ Where Hugging Face's code decides the numbers (``transformers.models.swin``), tf
   largest score weighs at most exp(s - 100) (< 4e-44 relative for s <= 0, e.g.), so the
   outputs agree to float32 rounding unless scores within a window spread over ~80 (far beyond
   any trained model's: the parity tests use random weights and agree to 1e-5). -inf is kept
-  because -100 is not a mask: it leaks weight when scores are large and is the constant the
-  conventions of tfam forbid (it overflows nothing in float16, but it depends on the scale).
+  because -100 is not a mask, only a large negative constant: it leaks weight once scores
+  spread that far, which tfam's conventions rule out (masks are bool, masked scores -inf).
 
 Stochastic depth follows the paper (both residual branches of a block); Hugging Face's
 SwinLayer drops only the attention branch, which changes training, not evaluation.
