@@ -34,8 +34,8 @@ Where Hugging Face's code decides the numbers (``transformers.models.swin``), tf
   add a 49 x 49 bias to 16 x 16 scores: the case it does not run);
 - **the shifted-window mask.** Hugging Face adds -100 to the scores of the pairs the roll
   brought together; tfam keeps its convention: a bool mask, those scores -inf, weight exactly
-  0. The two differ by the weight -100 leaves: a masked pair whose score is s below its row's
-  largest score weighs at most exp(s - 100) (< 4e-44 relative for s <= 0, e.g.), so the
+  0. The two differ by the weight -100 leaves: a masked pair whose score exceeds the row's
+  largest allowed score by s weighs exp(s - 100) relative to it (< 4e-44 for s <= 0), so the
   outputs agree to float32 rounding unless scores within a window spread over ~80 (far beyond
   any trained model's: the parity tests use random weights and agree to 1e-5). -inf is kept
   because -100 is not a mask, only a large negative constant: it leaks weight once scores
