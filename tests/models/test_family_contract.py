@@ -69,7 +69,7 @@ def test_features_then_head_equals_forward(family):
         features = model.forward_features(*inputs)
         head = model.forward_head(features)
     assert isinstance(features, torch.Tensor) and features.shape[0] == 2
-    assert features.shape[-1] == model.config.dim, "features are D wide"
+    assert features.shape[-1] == model.feature_dim, "features are as wide as declared"
     torch.testing.assert_close(head, out, rtol=1e-12, atol=1e-12)
 
 
@@ -89,11 +89,18 @@ def test_return_attention_is_one_type(family):
     assert len(weights) == len(weights[weights.main]) > 0
     assert list(weights) == list(weights[weights.main])
     heads = model.config.heads
+    windows = type(model).attention_layout == "windows"
+    # Windowed maps carry their block's heads (stages differ), blocks in module order.
+    layer_heads = [m.heads for m in model.modules() if isinstance(m, MultiHeadAttention)]
     for group in weights.groups:
         maps = weights[group]
         assert len(maps) > 0, group
         for i, w in enumerate(maps):
-            assert w.ndim == 4 and w.shape[:2] == (2, heads), (group, i, tuple(w.shape))
+            if windows:  # (B * nW, H_block, Ws^2, Ws^2): each window's own attention
+                assert w.ndim == 4 and w.shape[0] % 2 == 0, (group, i, tuple(w.shape))
+                assert w.shape[1] == layer_heads[i], (group, i, tuple(w.shape))
+            else:
+                assert w.ndim == 4 and w.shape[:2] == (2, heads), (group, i, tuple(w.shape))
             if group != "cross":
                 assert w.shape[-1] == w.shape[-2], (group, i, tuple(w.shape))
             # Every query row is a distribution over the keys.

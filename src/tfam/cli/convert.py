@@ -261,8 +261,10 @@ def _describe(model: Any) -> str:
             f" image {c.image_size[0]}x{c.image_size[1]} patch {c.patch_size[0]}x"
             f"{c.patch_size[1]} in_channels={c.in_channels} num_classes={c.num_classes}"
         )
-        if c.representation_size:
+        if getattr(c, "representation_size", None):
             text += f" representation_size={c.representation_size}"
+        if getattr(c, "depths", None):  # a hierarchical model's blocks per stage
+            text += f" depths={list(c.depths)}"
         return text
     if getattr(c, "decoder_depth", c.depth) != c.depth:
         text += f" decoder_depth={c.decoder_depth}"

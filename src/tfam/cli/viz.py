@@ -1,4 +1,4 @@
-"""`tfam viz attention|pos|curves`: pictures of a trained model (PNG, matplotlib Agg)."""
+"""`tfam viz attention|windows|pos|curves`: pictures of a trained model (PNG, matplotlib Agg)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,21 @@ EPILOG = """examples:
   tfam viz attention runs/digits test:0 --out attention.png    a test image of the run's dataset
   tfam viz attention runs/digits my_digit.png --layer 1 --out first_block.png
   tfam viz attention runs/kjv-rv "And God said, Let there be light." --out align.png
+  tfam viz windows runs/swin test:0 --out windows.png   a Swin run's windows and attention
   tfam viz pos runs/digits --out position.png
   tfam viz curves runs/digits --out curves.png
+"""
+
+WINDOWS_EPILOG = """examples:
+  tfam viz windows runs/swin test:0 --out windows.png
+  tfam viz windows runs/swin my_shirt.png --stage 1 --block 2 --head 1
+
+A windowed run (Swin). Panels: the input; stage --stage's regular windows and its shifted
+windows (tokens of one colour share a window; a window the cyclic shift wrapped around the
+image's edges is split, and its pieces attend only within themselves: Swin's mask); the
+attention of one window's centre token over that window, laid over the image, in block
+--block of the stage (block 2 is the shifted one), one head (--head) or the mean over heads;
+and the window's Ws^2 x Ws^2 attention matrix.
 """
 
 ATTENTION_EPILOG = """examples:
@@ -116,6 +129,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_image_options(p)
     add_device_option(p)
     p.set_defaults(func=run_attention)
+
+    windows = (
+        "a windowed model's (Swin) regular and shifted windows over an image, and the "
+        "attention inside one window",
+        "The regular and the shifted window partition of a stage over an image, and the "
+        "attention inside one window of one block.",
+        WINDOWS_EPILOG,
+    )
+    p = _add_picture(sub, "windows", windows, "default: DIR/windows.png")
+    p.add_argument(
+        "image", metavar="IMAGE", help="image file, or SPLIT:INDEX (e.g. test:0) of the run's data"
+    )
+    p.add_argument("--stage", type=int, default=1, help="stage 1..S (default: 1)")
+    p.add_argument(
+        "--block", type=int, default=1, help="block of the stage whose attention to show "
+        "(default: 1, regular windows; 2 is shifted)",
+    )  # fmt: skip
+    p.add_argument(
+        "--window", type=int, default=None,
+        help="window index in that block's partition (default: the one at the grid's centre)",
+    )  # fmt: skip
+    p.add_argument(
+        "--head", type=int, default=None, help="head 1..H (default: the mean over heads)"
+    )
+    p.add_argument("--root", metavar="DIR", default=None, help="where to look for dataset files")
+    add_image_options(p)
+    add_device_option(p)
+    p.set_defaults(func=run_windows)
 
     pos = (
         "cosine similarity of position embeddings (ViT paper, figure 7)",
@@ -250,6 +291,34 @@ def run_attention(args: argparse.Namespace) -> int:
         label=item.label,
     )
     print(f"attention of {item.name}: {out}")
+    return 0
+
+
+def run_windows(args: argparse.Namespace) -> int:
+    from tfam.data.vision.preprocess import load_input, load_preprocess
+    from tfam.viz.windows import plot_windows
+
+    run_dir = _run_dir(args)
+    pre = load_preprocess(run_dir)
+    item = load_input(args.image, pre, root=args.root, **image_options(args))
+    model = _model(args)
+    pre.check_model(model)
+    if args.head is not None and args.head < 1:
+        raise ValueError(f"--head {args.head} is invalid: heads count from 1")
+    out = Path(args.out) if args.out else run_dir / "windows.png"
+    plot_windows(
+        model,
+        item.tensor.to(next(model.parameters()).device),
+        out,
+        pixels=item.pixels,
+        stage=args.stage,
+        block=args.block,
+        window=args.window,
+        head=None if args.head is None else args.head - 1,
+        classes=pre.classes,
+        label=item.label,
+    )
+    print(f"windows of {item.name}: {out}")
     return 0
 
 

@@ -457,6 +457,24 @@ register_dataset(
         ),
         # Digits are not mirror-symmetric: a 1 px crop, no flips.
         augment=(1, False),
+        family_recipes={
+            # Not tuned: the ViT recipe's schedule on the small Swin (no run measured yet).
+            "swin": Recipe(
+                preset="swin_digits",
+                train={
+                    "epochs": 150,
+                    "batch_size": 128,
+                    "lr": 1e-3,
+                    "min_lr": 1e-5,
+                    "weight_decay": 0.05,
+                    "warmup_epochs": 5.0,
+                    "label_smoothing": 0.1,
+                    "clip_grad": 1.0,
+                },
+                threads=1,
+                note="swin_digits, the ViT recipe's schedule (untuned)",
+            ),
+        },
     )
 )
 # DeiT trains with ViT's recipe, on vit_digits plus the distillation token and head.
@@ -481,6 +499,25 @@ register_dataset(
                 "clip_grad": 1.0,
             },
         ),
+        family_recipes={
+            # Not tuned: the ViT recipe's schedule (AdamW, cosine, wd 0.05 as the Swin paper)
+            # at the Swin paper's peak lr for its batch; no full run measured yet
+            # (benchmarks/bench_swin.py runs it).
+            "swin": Recipe(
+                preset="swin_fashion_mnist",
+                train={
+                    "epochs": 24,
+                    "batch_size": 128,
+                    "lr": 1e-3,
+                    "min_lr": 1e-5,
+                    "weight_decay": 0.05,
+                    "warmup_epochs": 1.0,
+                    "label_smoothing": 0.1,
+                    "clip_grad": 1.0,
+                },
+                note="swin_fashion_mnist, the ViT recipe's schedule at lr 1e-3 (untuned)",
+            ),
+        },
         # A 1 px crop and flips. A 2 px crop moves content across the 4 px patch grid and slows
         # the ViT most (test accuracy after epoch 1: 72.6% with 2 px crop + flip, 79.5% flips
         # only); flips alone overfit (24 epochs: 89.47% test at 93.9% train); a 1 px crop +

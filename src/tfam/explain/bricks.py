@@ -238,6 +238,7 @@ def attention_rows(
         # The kernel's own parameters (additive scores), if any, are the scores' parameters.
         ExplainRow(score_step, k.q, scores, f"H x {lq} x Dh", f"H x {lq} x {lk}",
                    param_count(mha.kernel), score_flops, block, 1, score_note),
+        *_layer_bias_rows(mha, scores, block, lq, lk),
         ExplainRow("softmax", scores, scores, f"H x {lq} x {lk}", f"H x {lq} x {lk}", 0,
                    FLOPS_PER_ELEMENT["softmax"] * n_scores, block, 1,
                    "alpha = softmax(A) over each row (the keys), in float32"),
@@ -266,6 +267,28 @@ def attention_rows(
                      sum(r.flops for r in subs), block, note=note,
                      score_bytes=score_bytes)  # fmt: skip
     return [row, *subs]
+
+
+def _layer_bias_rows(
+    mha: nn.Module, scores: tuple[int, ...], block: str, lq: str, lk: str
+) -> list[ExplainRow]:
+    """The attention's own bias (``mha.bias_provider``: Swin's relative position table), read
+    for every (query, key) pair and added to the scores (1 FLOP a score), or no row."""
+    provider = mha.bias_provider
+    if provider is None:
+        return []
+    table = getattr(provider, "table", None)
+    what = (
+        f"a learned {tuple(table.shape)[0]} x H table read at each pair's (row, column) offset "
+        f"inside the window, (2Ws-1)^2 = {tuple(table.shape)[0]} offsets"
+        if table is not None
+        else f"this layer's {type(provider).__name__}"
+    )
+    return [
+        ExplainRow("+ relative position bias", scores, scores, f"H x {lq} x {lk}",
+                   f"H x {lq} x {lk}", param_count(provider), math.prod(scores), block, 1,
+                   f"B[h, i, j] added to every score: {what} (Swin, eq. 4)"),
+    ]  # fmt: skip
 
 
 def _bytes(n: int) -> str:

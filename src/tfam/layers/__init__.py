@@ -40,7 +40,7 @@ from tfam.layers.positions_extra import (
 )
 from tfam.layers.sparse import BlockSparseKernel, LongformerKernel, sparse_attention
 from tfam.layers.stages import PatchMerging, Stage, StageSpec, StageStack
-from tfam.layers.windows import TokenPartition, WindowPartition
+from tfam.layers.windows import RelativePositionBias, TokenPartition, WindowPartition
 
 __all__ = [
     "KERNELS",
@@ -76,6 +76,7 @@ __all__ = [
     "PatchMerging",
     "RMSNorm",
     "RelativePosition",
+    "RelativePositionBias",
     "StackCache",
     "Stage",
     "StageSpec",

@@ -153,4 +153,37 @@ class WindowPartition(nn.Module):
         return x.reshape(b, hg * wg, d)
 
 
-__all__ = ["TokenPartition", "WindowPartition"]
+class RelativePositionBias(nn.Module):
+    """Swin's relative position bias (Liu et al. 2021, eq. 4: softmax(Q K^T / sqrt(d) + B) V):
+    one learned table of (2Ws-1)^2 x H values per layer, read at each pair's offset inside a
+    window, B[h, i, j] = table[(dy + Ws-1) * (2Ws-1) + (dx + Ws-1), h] with (dy, dx) the query's
+    (row, column) minus the key's. The table layout and the index are Hugging Face's
+    (``relative_position_bias_table``, ``relative_position_index``).
+
+    A per-layer bias provider (``MultiHeadAttention.bias_provider``): (q_pos (Lq,), k_pos
+    (Lk,)) -> (H, Lq, Lk), positions 0..Ws*Ws-1 row-major inside the window (what a
+    partitioned block passes)."""
+
+    def __init__(self, heads: int, window: int) -> None:
+        super().__init__()
+        self.heads, self.window = heads, window
+        self.table = nn.Parameter(torch.zeros((2 * window - 1) ** 2, heads))
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, window={self.window}"
+
+    def no_weight_decay(self) -> set[str]:
+        return {"table"}  # as the Swin paper's code: the table is not decayed
+
+    def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """(Lq, Lk) rows of the table for query and key positions inside a window."""
+        ws = self.window
+        dy = (q_pos // ws)[:, None] - (k_pos // ws)[None, :] + ws - 1
+        dx = (q_pos % ws)[:, None] - (k_pos % ws)[None, :] + ws - 1
+        return dy * (2 * ws - 1) + dx
+
+    def forward(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return self.table[self.index(q_pos, k_pos)].permute(2, 0, 1)  # (H, Lq, Lk)
+
+
+__all__ = ["RelativePositionBias", "TokenPartition", "WindowPartition"]

@@ -17,6 +17,7 @@ from tfam.models.registry import (
     load_pretrained,
     register_pretrained,
 )
+from tfam.models.swin import Swin, SwinConfig
 from tfam.models.transformer import Transformer, TransformerConfig
 from tfam.models.vit import ViT, ViTConfig
 
@@ -32,6 +33,8 @@ __all__ = [
     "IGPTConfig",
     "MODEL_CLASSES",
     "PRESETS",
+    "Swin",
+    "SwinConfig",
     "TfamModel",
     "Transformer",
     "TransformerConfig",

@@ -102,6 +102,10 @@ class TfamModel(nn.Module, ABC):
     image_tokens: ClassVar[bool] = False
     # Whether mean-pooled ``forward_features`` are sentence embeddings (`tfam embed`).
     embeds: ClassVar[bool] = False
+    # How ``return_attention``'s maps are laid out: "tokens", (B, H, Lq, Lk) per block; or
+    # "windows", (B * nW, H_block, Ws^2, Ws^2) per block, each window's own attention (Swin:
+    # windows of one image contiguous; the heads are the block's, which differ per stage).
+    attention_layout: ClassVar[str] = "tokens"
     # Its Hugging Face converters (tfam.interop.registry.Converter): they add themselves here
     # when they register (importing tfam imports them all).
     converters: ClassVar[tuple[Any, ...]] = ()
@@ -126,6 +130,12 @@ class TfamModel(nn.Module, ABC):
                 f"{type(self).__name__} takes a {self.config_class.__name__}, got {config!r}"
             )
         self.config = config
+
+    @property
+    def feature_dim(self) -> int:
+        """The width of :meth:`forward_features`' last axis: D, unless the family's features
+        are wider (a hierarchical model's last stage)."""
+        return self.config.dim
 
     def init_weights(self) -> None:
         """Truncated-normal (std = config.init_std) linear and patch weights, zero biases,

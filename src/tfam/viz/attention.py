@@ -106,6 +106,11 @@ def attention_maps(
         raise ValueError(
             f"image has shape {tuple(image.shape)}; expected (C, H, W) or (1, C, H, W)"
         )
+    if getattr(type(model), "attention_layout", "tokens") == "windows":
+        raise ValueError(
+            f"{type(model).__name__} attends within windows (no [CLS] row, no map over the whole "
+            "image to roll out): draw its windows and their attention with `tfam viz windows`"
+        )
     config = getattr(model, "config", None)
     patch = getattr(config, "patch_size", None)
     if patch is None:
