@@ -99,6 +99,9 @@ class TfamModel(nn.Module, ABC):
     generates: ClassVar[bool] = False
     # Whether mean-pooled ``forward_features`` are sentence embeddings (`tfam embed`).
     embeds: ClassVar[bool] = False
+    # Whether the family has attention layers (``return_attention``, ``set_attention``, the
+    # position schemes); a CNN does not.
+    attends: ClassVar[bool] = True
     # Its Hugging Face converters (tfam.interop.registry.Converter): they add themselves here
     # when they register (importing tfam imports them all).
     converters: ClassVar[tuple[Any, ...]] = ()
