@@ -118,3 +118,15 @@ def test_save_and_load_give_equal_outputs(tmp_path):
 def test_set_attention_is_refused():
     with pytest.raises(ValueError, match="a CNN has no attention layers"):
         tiny().set_attention("math")
+
+
+def test_explain_counts_each_conv():
+    table = tfam.explain("resnet50")
+    assert table.total_params == 25_557_032
+    stem = table.rows[0]
+    outputs = 64 * 112 * 112
+    # 2 FLOPs per multiply-add over C_in * 7 * 7 inputs an output; BN 2, ReLU 1 per element.
+    assert stem.flops == 2 * 3 * 7 * 7 * outputs + 2 * outputs + outputs
+    blocks = [r for r in table.rows if r.level == 0 and r.block]
+    assert [r.block for r in blocks][:3] == ["1.1", "1.2..3", "2.1"]
+    assert blocks[1].step == "2 alike blocks"

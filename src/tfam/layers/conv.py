@@ -214,14 +214,23 @@ class ConvStem(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.pooler(self.embedder(x))
 
+    def output_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """The (h, w) of the stem's map for an image of ``size`` (H, W): each stride-2 step
+        (conv with padding k // 2, pool with padding 1) gives ceil(side / 2)."""
+        h, w = size
+        for _ in range({"resnet": 2, "small": 0}[self.kind]):
+            h, w = -(-h // 2), -(-w // 2)
+        return h, w
+
 
 class ConvStage(nn.Module):
     """``depth`` residual blocks; the first takes the stride and the width change.
     HF's ``ResNetStage`` (``layers``)."""
 
-    def __init__(self, blocks: Sequence[nn.Module]) -> None:
+    def __init__(self, blocks: Sequence[nn.Module], stride: int = 1) -> None:
         super().__init__()
         self.layers = nn.Sequential(*blocks)
+        self.stride = stride  # the first block's
 
     def forward(self, x: Tensor) -> Tensor:
         return self.layers(x)
@@ -273,7 +282,7 @@ class ConvEncoder(nn.Module):
                         )
                     )  # fmt: skip
                 i += 1
-            stages.append(ConvStage(blocks))
+            stages.append(ConvStage(blocks, stride))
             c_in = width
         self.stages = nn.ModuleList(stages)
 
@@ -281,6 +290,17 @@ class ConvEncoder(nn.Module):
         for stage in self.stages:
             x = stage(x)
         return x
+
+    def grids(self, size: tuple[int, int]) -> list[tuple[int, int]]:
+        """The (h, w) after each stage for an input map of ``size``: a stride-2 stage gives
+        ceil(side / 2) (3x3 conv with padding 1, 1x1 shortcut without)."""
+        h, w = size
+        out = []
+        for stage in self.stages:
+            if stage.stride == 2:
+                h, w = -(-h // 2), -(-w // 2)
+            out.append((h, w))
+        return out
 
 
 def init_conv_weights(module: nn.Module, zero_init_residual: bool = False) -> None:

@@ -113,6 +113,14 @@ class TfamModel(nn.Module, ABC):
             MODEL_CLASSES[cls.config_class.family] = cls
 
     @classmethod
+    def small_overrides(cls, config: BaseConfig, depth: int = 2) -> dict[str, Any]:
+        """Config overrides that shrink ``config`` to a small model of the same family and
+        options (the contract tests build one from each preset): at most ``depth`` blocks,
+        D = 8 per head, the default MLP width. A family whose width and depth follow from
+        other fields (a CNN's stages) overrides this."""
+        return {"depth": min(config.depth, depth), "dim": 8 * config.heads, "ffn_dim": None}
+
+    @classmethod
     def head_task(cls, config: BaseConfig) -> str:
         """The task ``config``'s head computes ("" when the family cannot tell)."""
         if cls.head_tasks:

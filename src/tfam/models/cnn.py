@@ -185,8 +185,24 @@ class CNN(TfamModel):
         """(B, C, H, W) -> the last stage's map (B, D, h, w)."""
         return self.encoder(self.embedder(x))
 
-    def forward_features(self, x: Tensor) -> Tensor:
+    @classmethod
+    def small_overrides(cls, config: BaseConfig, depth: int = 2) -> dict[str, Any]:
+        """As many stages, of one block each (``depth`` = 1 still keeps every stage, so the
+        stem and every shape change stay), widths 8, 16, 32, ..."""
+        assert isinstance(config, CNNConfig)
+        n = len(config.hidden_sizes)
+        return {
+            "embedding_size": 8,
+            "hidden_sizes": tuple(8 * 2**i for i in range(n)),
+            "depths": (1,) * n,
+        }
+
+    def forward_features(self, x: Tensor, return_attention: bool = False) -> Tensor:
         """(B, C, H, W) -> globally average-pooled features (B, D)."""
+        if return_attention:
+            raise ValueError(
+                f"return_attention=True is invalid for {self.title}: a CNN has no attention"
+            )
         return self.pooler(self.forward_feature_map(x)).flatten(1)
 
     def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
