@@ -20,6 +20,8 @@ converter is a name map. Convolutions have no bias (BatchNorm follows each).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -32,8 +34,10 @@ __all__ = [
     "STEMS",
     "BasicLayer",
     "BottleNeckLayer",
+    "ConvBackbone",
     "ConvEncoder",
     "ConvLayer",
+    "ConvSpec",
     "ConvStage",
     "ConvStem",
     "ShortCut",
@@ -321,3 +325,114 @@ def init_conv_weights(module: nn.Module, zero_init_residual: bool = False) -> No
         for m in module.modules():
             if isinstance(m, _Residual):
                 nn.init.zeros_(m.last_norm.weight)
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """A convolutional backbone (stem + stages) described by data: what a ViT's ``stem`` field
+    holds for the hybrid model (a JSON object of these fields; missing ones take these
+    defaults: the ViT paper's ResNet-50 stages 1-3, whose 14 x 14 map at 224 x 224 gives the
+    patches). Widths, depths and kinds as :class:`ConvEncoder`'s."""
+
+    stem: str = "resnet"
+    embedding_size: int = 64
+    hidden_sizes: tuple[int, ...] = (256, 512, 1024)
+    depths: tuple[int, ...] = (3, 4, 9)
+    layer_type: str = "bottleneck"
+    activation: str = "relu"
+    eps: float = 1e-5
+    downsample_in_first_stage: bool = False
+    downsample_in_bottleneck: bool = False
+
+    @classmethod
+    def from_dict(cls, values: Any, field_name: str = "stem") -> ConvSpec:
+        """A checked spec from a dict; a wrong key or value is one ValueError naming
+        ``<field_name>.<key>``."""
+        if isinstance(values, ConvSpec):
+            return values
+        if not isinstance(values, dict):
+            raise config_error(field_name, values, "expected a dict of conv stem fields or None")
+        names = [f.name for f in fields(cls)]
+        for key in values:
+            if key not in names:
+                raise config_error(f"{field_name}.{key}", values[key], f"fields: {names}")
+        v = dict(values)
+        for key in ("hidden_sizes", "depths"):
+            if key in v:
+                seq = v[key]
+                ok = (
+                    isinstance(seq, list | tuple)
+                    and seq
+                    and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in seq)
+                )
+                if not ok:
+                    raise config_error(f"{field_name}.{key}", seq, "a list of positive ints")
+                v[key] = tuple(seq)
+        spec = cls(**v)
+        for key, choices in (
+            ("stem", STEMS),
+            ("layer_type", LAYER_TYPES),
+            ("activation", CONV_ACTIVATIONS),
+        ):
+            check_choice(f"{field_name}.{key}", getattr(spec, key), choices)
+        if not isinstance(spec.embedding_size, int) or spec.embedding_size <= 0:
+            raise config_error(
+                f"{field_name}.embedding_size", spec.embedding_size, "a positive int"
+            )
+        if len(spec.depths) != len(spec.hidden_sizes):
+            raise config_error(
+                f"{field_name}.depths", list(spec.depths), "one depth per stage width"
+            )
+        if spec.layer_type == "bottleneck" and any(w % 4 for w in spec.hidden_sizes):
+            raise config_error(
+                f"{field_name}.hidden_sizes", list(spec.hidden_sizes), "multiples of 4 (bottleneck)"
+            )
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (lists, not tuples), every field."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in fields(self)}  # fmt: skip
+
+    @property
+    def out_channels(self) -> int:
+        return self.hidden_sizes[-1]
+
+    def output_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """The (h, w) of the backbone's map for an image of ``size``: ceil(side / 2) for every
+        stride-2 step (the stem's, every stage's after the first, the first's when asked)."""
+        steps = (2 if self.stem == "resnet" else 0) + len(self.hidden_sizes) - 1
+        steps += int(self.downsample_in_first_stage)
+        h, w = size
+        for _ in range(steps):
+            h, w = -(-h // 2), -(-w // 2)
+        return h, w
+
+    def build(self, in_channels: int, drop_path: float = 0.0) -> ConvBackbone:
+        return ConvBackbone(self, in_channels, drop_path)
+
+
+class ConvBackbone(nn.Module):
+    """Stem then stages, from a :class:`ConvSpec`: (B, C, H, W) -> (B, C_out, h, w), the map
+    a hybrid ViT cuts into patches. Names as the CNN's (``embedder``, ``encoder``)."""
+
+    def __init__(self, spec: ConvSpec, in_channels: int, drop_path: float = 0.0) -> None:
+        super().__init__()
+        self.spec = spec
+        self.embedder = ConvStem(
+            in_channels, spec.embedding_size, spec.stem, spec.activation, spec.eps
+        )
+        self.encoder = ConvEncoder(
+            spec.embedding_size,
+            spec.hidden_sizes,
+            spec.depths,
+            spec.layer_type,
+            spec.activation,
+            spec.eps,
+            drop_path,
+            spec.downsample_in_first_stage,
+            spec.downsample_in_bottleneck,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.encoder(self.embedder(x))
