@@ -294,7 +294,7 @@ def test_explain_never_changes_the_model_it_is_given(name: str, tmp_path) -> Non
     small = {}
     if count_parameters(name) > REAL_UP_TO:
         config = create_config(name)
-        small = {"depth": min(config.depth, 2), "dim": 8 * config.heads, "ffn_dim": None}
+        small = tfam.models.MODEL_CLASSES[config.family].small_overrides(config)
     torch.manual_seed(0)
     model = tfam.create_model(name, **small).train()
     # A mix of states that explain must not reset: one module in eval, one frozen weight.

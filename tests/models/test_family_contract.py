@@ -49,12 +49,13 @@ def small(family: str, **overrides: object) -> tfam.models.TfamModel:
     """The family's smallest preset, shrunk (as the preset contract does), with overrides."""
     name = smallest_preset(family)
     config = create_config(name)
-    return tfam.create_model(
-        name, depth=min(config.depth, 2), dim=8 * config.heads, ffn_dim=None, **overrides
-    )
+    return tfam.create_model(name, **MODEL_CLASSES[family].small_overrides(config), **overrides)
 
 
 FAMILIES = sorted(MODEL_CLASSES)
+# The families with attention layers (``Family.attends``): the attention parts of the contract
+# (``return_attention``, every kernel through ``set_attention``) are theirs.
+ATTENDING = [f for f in FAMILIES if MODEL_CLASSES[f].attends]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -73,7 +74,7 @@ def test_features_then_head_equals_forward(family):
     torch.testing.assert_close(head, out, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ATTENDING)
 def test_return_attention_is_one_type(family):
     torch.manual_seed(0)
     model = small(family).eval()
@@ -192,7 +193,7 @@ def convertible(family: str, model_type: str) -> tuple[tfam.models.TfamModel, ob
         config = create_config(name)
         torch.manual_seed(0)
         model = tfam.create_model(
-            name, depth=min(config.depth, 2), dim=8 * config.heads, ffn_dim=None, **few_ids(name)
+            name, **MODEL_CLASSES[family].small_overrides(config), **few_ids(name)
         ).eval()
         try:
             return model, converter.to_hf(model)
@@ -225,7 +226,22 @@ def test_converter_round_trip(family, model_type):
         assert converter.compare(again, hf) <= 1e-5
 
 
-KERNEL_CASES = [(family, kernel) for family in FAMILIES for kernel in sorted(KERNELS)]
+KERNEL_CASES = [(family, kernel) for family in ATTENDING for kernel in sorted(KERNELS)]
+
+
+@pytest.mark.parametrize("family", sorted(set(FAMILIES) - set(ATTENDING)))
+def test_a_family_without_attention_refuses_it_in_one_line(family):
+    """``return_attention`` and ``set_attention`` on a family that does not attend: one
+    ValueError line each, never a silent no-op."""
+    model = small(family).eval()
+    inputs = model.example_inputs(2)
+    for call in (
+        lambda: model(*inputs, return_attention=True),
+        lambda: model.set_attention("math"),
+    ):
+        with pytest.raises(ValueError, match="attention") as err:
+            call()
+        assert "\n" not in str(err.value)
 
 
 def _output_and_grads(model, inputs):

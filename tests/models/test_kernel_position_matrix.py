@@ -28,9 +28,11 @@ def _smallest(family: str) -> str:
     return min(names, key=count_parameters)
 
 
+# The families with attention layers (``Family.attends``): a CNN has no kernel to switch.
 CASES = [
     (family, position, kernel)
     for family, cls in sorted(MODEL_CLASSES.items())
+    if cls.attends
     for position in cls.config_class.position_names()
     for kernel in sorted(KERNELS)
 ]

@@ -21,13 +21,14 @@ import torch
 
 import tfam
 from tfam.config import BaseConfig
-from tfam.models import count_parameters, create_config
+from tfam.models import MODEL_CLASSES, count_parameters, create_config
 
 
 def small_overrides(name: str) -> dict:
-    """Keep the family, the options and the head count; shrink width and depth."""
+    """Keep the family, the options and the head count; shrink width and depth (as the
+    family's ``small_overrides`` says)."""
     config = create_config(name)
-    return {"depth": min(config.depth, 2), "dim": 8 * config.heads, "ffn_dim": None}
+    return MODEL_CLASSES[config.family].small_overrides(config)
 
 
 @pytest.mark.parametrize("name", tfam.list_models())

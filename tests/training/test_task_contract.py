@@ -132,11 +132,7 @@ def small_model(family: str, task: str) -> tfam.models.TfamModel:
         (n for n in list_models() if create_config(n).family == family), key=count_parameters
     )
     config = create_config(name)
-    overrides: dict[str, Any] = {
-        "depth": min(config.depth, 2),
-        "dim": 8 * config.heads,
-        "ffn_dim": None,
-    }
+    overrides: dict[str, Any] = cls.small_overrides(config)
     heads = [head for head, t in cls.head_tasks.items() if t == task]
     if heads:
         overrides["head"] = heads[0]

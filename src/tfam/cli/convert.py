@@ -255,12 +255,12 @@ def _tfam_to_hf(args: argparse.Namespace, src: Path, out: Path) -> tuple[Any, An
 def _describe(model: Any) -> str:
     """The shape of a converted model, for the one line that reports the conversion."""
     c = model.config
-    text = f"D={c.dim} depth={c.depth} heads={c.heads}"
+    text = f"D={c.dim} depth={c.depth}" + (f" heads={c.heads}" if type(model).attends else "")
     if type(model).inputs == "image":
-        text += (
-            f" image {c.image_size[0]}x{c.image_size[1]} patch {c.patch_size[0]}x"
-            f"{c.patch_size[1]} in_channels={c.in_channels} num_classes={c.num_classes}"
-        )
+        text += f" image {c.image_size[0]}x{c.image_size[1]}"
+        if hasattr(c, "patch_size"):
+            text += f" patch {c.patch_size[0]}x{c.patch_size[1]}"
+        text += f" in_channels={c.in_channels} num_classes={c.num_classes}"
         if getattr(c, "representation_size", None):
             text += f" representation_size={c.representation_size}"
         if getattr(c, "depths", None):  # a hierarchical model's blocks per stage

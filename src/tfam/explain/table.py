@@ -15,6 +15,9 @@ FLOPS_PER_ELEMENT: dict[str, int] = {
     "rmsnorm": 4,
     # running max (1), subtract max (1), exp (1), sum (1), divide (1).
     "softmax": 5,
+    # BatchNorm at inference: the running statistics and gamma, beta fold to one scale and
+    # one shift per channel (1 mul, 1 add).
+    "batchnorm": 2,
     "relu": 1,
     # 0.5 * x * (1 + erf(x / sqrt 2)), or its tanh form x^3, poly, tanh, add, mul.
     "gelu": 8,

@@ -284,6 +284,8 @@ def config_to_hf(
     c = model.config
 
     refuse = refusal("Hugging Face ViT")
+    if c.stem is not None:
+        raise refuse("stem", c.stem, "HF ViT cuts the image into patches (no conv stem)")
     if not c.class_token:
         raise refuse("class_token", c.class_token, "HF ViT always prepends a [CLS] token")
     if c.pool != "cls":

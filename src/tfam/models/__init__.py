@@ -3,6 +3,7 @@ with pretrained weights."""
 
 from tfam.models.base import MODEL_CLASSES, AttentionWeights, TfamModel, from_pretrained
 from tfam.models.bert import Bert, BertConfig, mean_pool
+from tfam.models.cnn import CNN, CNNConfig
 from tfam.models.deit import DeiT, DeiTConfig
 from tfam.models.gpt import GPT, GPTConfig
 from tfam.models.igpt import IGPT, IGPTConfig
@@ -25,6 +26,8 @@ __all__ = [
     "AttentionWeights",
     "Bert",
     "BertConfig",
+    "CNN",
+    "CNNConfig",
     "DeiT",
     "DeiTConfig",
     "GPT",

@@ -106,6 +106,9 @@ class TfamModel(nn.Module, ABC):
     # "windows", (B * nW, H_block, Ws^2, Ws^2) per block, each window's own attention (Swin:
     # windows of one image contiguous; the heads are the block's, which differ per stage).
     attention_layout: ClassVar[str] = "tokens"
+    # Whether the family has attention layers (``return_attention``, ``set_attention``, the
+    # position schemes); a CNN does not.
+    attends: ClassVar[bool] = True
     # Its Hugging Face converters (tfam.interop.registry.Converter): they add themselves here
     # when they register (importing tfam imports them all).
     converters: ClassVar[tuple[Any, ...]] = ()
@@ -115,6 +118,14 @@ class TfamModel(nn.Module, ABC):
         cls.converters = ()  # a subclass is another family: it does not inherit converters
         if getattr(cls, "config_class", None) is not None:
             MODEL_CLASSES[cls.config_class.family] = cls
+
+    @classmethod
+    def small_overrides(cls, config: BaseConfig, depth: int = 2) -> dict[str, Any]:
+        """Config overrides that shrink ``config`` to a small model of the same family and
+        options (the contract tests build one from each preset): at most ``depth`` blocks,
+        D = 8 per head, the default MLP width. A family whose width and depth follow from
+        other fields (a CNN's stages) overrides this."""
+        return {"depth": min(config.depth, depth), "dim": 8 * config.heads, "ffn_dim": None}
 
     @classmethod
     def head_task(cls, config: BaseConfig) -> str:

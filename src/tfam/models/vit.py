@@ -31,6 +31,7 @@ from tfam.config import (
     divisors,
 )
 from tfam.layers import PatchEmbed, TransformerStack, make_norm, resample_pos_embed
+from tfam.layers.conv import ConvSpec, init_conv_weights
 from tfam.layers.position import TokenPositions, build_position
 from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
@@ -59,19 +60,26 @@ class ViTConfig(BaseConfig):
     representation_size: int | None = None  # optional pre-logits Linear + tanh (ViT paper)
     final_norm: bool | None = None  # None -> True with pre-norm blocks, False with post-norm
     norm_eps: float = 1e-6
+    # The hybrid model (ViT paper, section 3.1): None, or a conv backbone (a dict of
+    # tfam.layers.conv.ConvSpec fields) whose feature map is cut into patch_size patches
+    # (1 x 1 in the paper) instead of the image.
+    stem: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.image_size = as_pair("image_size", self.image_size)
         self.patch_size = as_pair("patch_size", self.patch_size)
-        for axis, (img, p) in enumerate(zip(self.image_size, self.patch_size, strict=True)):
+        if self.stem is not None:
+            self.stem = ConvSpec.from_dict(self.stem).to_dict()
+        cut = "feature map" if self.stem is not None else "image"
+        for axis, (img, p) in enumerate(zip(self.map_size, self.patch_size, strict=True)):
             if img % p:
                 which = ("height", "width")[axis]
                 valid = divisors(img)
                 raise config_error(
                     "patch_size",
                     self.patch_size if self.patch_size[0] != self.patch_size[1] else p,
-                    f"the image {which} {img} is not divisible by the patch {which} {p}; "
+                    f"the {cut} {which} {img} is not divisible by the patch {which} {p}; "
                     f"patch {which}s that divide it: {valid}",
                 )
         check_positive_int("in_channels", self.in_channels)
@@ -89,8 +97,26 @@ class ViTConfig(BaseConfig):
         check_bool("final_norm", self.final_norm)
 
     @property
+    def conv_spec(self) -> ConvSpec | None:
+        """The hybrid's conv backbone, or None."""
+        return None if self.stem is None else ConvSpec.from_dict(self.stem)
+
+    @property
+    def map_size(self) -> tuple[int, int]:
+        """What the patches are cut from: the image, or the hybrid's feature map (h, w)."""
+        spec = self.conv_spec
+        return self.image_size if spec is None else spec.output_size(self.image_size)
+
+    @property
+    def patch_channels(self) -> int:
+        """C of a patch: the image's channels, or the hybrid's feature map's."""
+        spec = self.conv_spec
+        return self.in_channels if spec is None else spec.out_channels
+
+    @property
     def grid_size(self) -> tuple[int, int]:
-        return (self.image_size[0] // self.patch_size[0], self.image_size[1] // self.patch_size[1])
+        h, w = self.map_size
+        return (h // self.patch_size[0], w // self.patch_size[1])
 
     @property
     def num_patches(self) -> int:
@@ -99,8 +125,9 @@ class ViTConfig(BaseConfig):
 
     @property
     def patch_dim(self) -> int:
-        """P_h * P_w * C: the length of one flattened patch."""
-        return self.patch_size[0] * self.patch_size[1] * self.in_channels
+        """P_h * P_w * C: the length of one flattened patch (C: the feature map's channels in
+        the hybrid)."""
+        return self.patch_size[0] * self.patch_size[1] * self.patch_channels
 
 
 class ViT(TfamModel):
@@ -113,7 +140,14 @@ class ViT(TfamModel):
         super().__init__(config)
         c = config
         d = c.dim
-        self.patch_embed = PatchEmbed(c)
+        spec = c.conv_spec
+        # The hybrid: a conv backbone whose map is cut into patches, as an image would be.
+        self.backbone = None if spec is None else spec.build(c.in_channels, c.drop_path)
+        self.patch_embed = PatchEmbed(
+            c
+            if spec is None
+            else c.replace(image_size=c.map_size, in_channels=spec.out_channels, stem=None)
+        )
         self.num_prefix_tokens = self.count_prefix_tokens(c)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d)) if c.class_token else None
         self.position = build_position(
@@ -152,6 +186,8 @@ class ViT(TfamModel):
 
     def init_weights(self) -> None:
         super().init_weights()
+        if self.backbone is not None:  # He init for the convs, as the CNN's
+            init_conv_weights(self.backbone)
         std = self.config.init_std
         if self.cls_token is not None:
             nn.init.trunc_normal_(self.cls_token, std=std, a=-2 * std, b=2 * std)
@@ -173,8 +209,11 @@ class ViT(TfamModel):
         return self.position.values(grid, self.pos_embed)
 
     def grid(self, x: Tensor) -> tuple[int, int]:
-        """The patch grid (gh, gw) of images x (B, C, H, W)."""
-        return (x.shape[-2] // self.config.patch_size[0], x.shape[-1] // self.config.patch_size[1])
+        """The patch grid (gh, gw) of images x (B, C, H, W) (of the hybrid's feature map)."""
+        h, w = x.shape[-2:]
+        if self.backbone is not None:
+            h, w = self.backbone.spec.output_size((h, w))
+        return (h // self.config.patch_size[0], w // self.config.patch_size[1])
 
     def token_positions(self, x: Tensor) -> TokenPositions:
         """Where the tokens of images x sit: [CLS] then the patches' (row, column), for the
@@ -186,7 +225,8 @@ class ViT(TfamModel):
 
         A learned table covers [CLS] too; fixed sine-cosine positions go to the patches only
         (the prefix rows of their table are zeros)."""
-        tokens = self.patch_embed(x)  # (B, N, D)
+        # (B, N, D); the hybrid cuts the backbone's map (B, C_out, h, w) instead of the image.
+        tokens = self.patch_embed(x if self.backbone is None else self.backbone(x))
         grid = self.grid(x)
         prefix = self.prefix_tokens()
         if prefix is not None:
@@ -317,4 +357,28 @@ _vit(
     # inputs (a larger image_size).
     attention="auto",
     init_std=0.05,  # best of 0.02 / 0.05 / 0.1 in 400-step probes (69.5 / 70.7 / 67.3%)
+)
+_vit(
+    "vit_hybrid_fashion_mnist",
+    "hybrid ViT for 28x28 Fashion-MNIST: a small ResNet (3x3 stem, basic stages 24/48/96) whose "
+    "7x7 map gives 49 1x1 patches, then vit_fashion_mnist's encoder (D=96, 4 blocks)",
+    image_size=28,
+    patch_size=1,
+    in_channels=1,
+    num_classes=10,
+    stem={
+        "stem": "small",
+        "embedding_size": 24,
+        "hidden_sizes": [24, 48, 96],
+        "depths": [1, 1, 1],
+        "layer_type": "basic",
+    },
+    dim=96,
+    depth=4,
+    heads=4,
+    ffn_dim=192,
+    pool="mean",
+    position="sincos2d",
+    attention="auto",
+    init_std=0.05,
 )

@@ -15,6 +15,7 @@ import torch
 
 from tfam.explain.api import FamilyExplainer, register_family
 from tfam.explain.bricks import Explainer, brick_symbols, norm_row, position_network_flops
+from tfam.explain.conv import conv_symbols, encoder_rows, stem_rows
 from tfam.explain.table import FLOPS_PER_ELEMENT, ExplainRow
 from tfam.explain.trace import is_identity, linear_flops, numel
 from tfam.models.base import TfamModel
@@ -42,6 +43,13 @@ class ViTExplainer(FamilyExplainer):
             **brick_symbols(c),
             "K": c.num_classes,
             "R": c.representation_size or 0,
+            **(
+                {}
+                if self.model.backbone is None
+                else conv_symbols(
+                    self.model.backbone.embedder, self.model.backbone.encoder, c.image_size
+                )
+            ),
         }
 
     def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -61,14 +69,22 @@ class ViTExplainer(FamilyExplainer):
         patches = (image[0], gh * gw, patch_dim)
         projected = t.call(pe).output
         tokens = t.call(m.pos_drop).inputs[0]  # after [CLS] and position
-        rows = [
-            ExplainRow("patching", image, patches, "C x H_img x W_img", "N x (P_h*P_w*C)", 0, 0,
-                       note=f"N = (H_img/P_h)*(W_img/P_w) = {gh}*{gw} = {gh * gw} patches, each "
-                       f"flattened to P_h*P_w*C = {kh}*{kw}*{c_in} = {patch_dim} values "
-                       "(row-major over the grid; runs fused with the projection as a strided "
-                       "convolution)"),
-            ExplainRow("linear projection", patches, projected, "N x (P_h*P_w*C)", "N x D",
-                       ex.claim("linear projection", pe),
+        rows: list[ExplainRow] = []
+        src, channels, sides = "C x H_img x W_img", "C", "(H_img/P_h)*(W_img/P_w)"
+        if m.backbone is not None:
+            # The hybrid: the conv backbone's map (D<n> x h<n> x w<n>) is what is cut.
+            n = len(m.backbone.encoder.stages)
+            rows += [*stem_rows(ex, m.backbone.embedder), *encoder_rows(ex, m.backbone.encoder)]
+            src, channels, sides = f"D{n} x h{n} x w{n}", f"D{n}", f"(h{n}/P_h)*(w{n}/P_w)"
+        cut = "of the feature map " if m.backbone is not None else ""
+        rows += [
+            ExplainRow("patching", image, patches, src, f"N x (P_h*P_w*{channels})", 0, 0,
+                       note=f"N = {sides} = {gh}*{gw} = {gh * gw} patches {cut}each "
+                       f"flattened to P_h*P_w*{channels} = {kh}*{kw}*{c_in} = {patch_dim} "
+                       "values (row-major over the grid; runs fused with the projection as a "
+                       "strided convolution)"),
+            ExplainRow("linear projection", patches, projected, f"N x (P_h*P_w*{channels})",
+                       "N x D", ex.claim("linear projection", pe),
                        2 * numel(patches) * d_out + numel(projected)),
         ]  # fmt: skip
         if m.cls_token is not None:
@@ -131,8 +147,15 @@ class ViTExplainer(FamilyExplainer):
             f"{name}: ViT, batch size {self.batch}"
             + (" (shapes below are per image)" if self.batch == 1 else ""),
             f"image C x H_img x W_img = {e['C']} x {e['H_img']} x {e['W_img']}, "
-            f"patch P_h x P_w = {e['P_h']} x {e['P_w']} -> N = {gh} x {gw} = {e['N']} patches "
-            f"of dimension P_h*P_w*C = {c.patch_dim}",
+            + (
+                ""
+                if c.stem is None
+                else f"hybrid: a conv stem ({c.stem['stem']}, {c.stem['layer_type']} stages "
+                f"{c.stem['hidden_sizes']}) gives a {c.patch_channels} x {c.map_size[0]} x "
+                f"{c.map_size[1]} map, "
+            )
+            + f"patch P_h x P_w = {e['P_h']} x {e['P_w']} -> N = {gh} x {gw} = {e['N']} patches "
+            f"of dimension {c.patch_dim}",
             f"D = {e['D']}, {c.depth} block{'' if c.depth == 1 else 's'} ({norm}-norm), "
             f"H = {e['H']} heads of Dh = {e['Dh']}, F = ffn_dim = {e['F']} ({c.activation}), "
             + tokens
