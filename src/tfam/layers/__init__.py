@@ -4,6 +4,15 @@ from tfam.layers.attention import MultiHeadAttention
 from tfam.layers.block import DecoderBlock, DropPath, EncoderBlock, TransformerStack
 from tfam.layers.cache import CrossKV, KVCache, LayerCache, StackCache
 from tfam.layers.chunked import ChunkedKernel, chunked_attention
+from tfam.layers.conv import (
+    BasicLayer,
+    BottleNeckLayer,
+    ConvBackbone,
+    ConvEncoder,
+    ConvLayer,
+    ConvSpec,
+    ConvStem,
+)
 from tfam.layers.embedding import PatchEmbed
 from tfam.layers.feedforward import FeedForward
 from tfam.layers.flex import FlexKernel, flex_call
@@ -43,6 +52,13 @@ from tfam.layers.stages import PatchMerging, Stage, StageSpec, StageStack
 from tfam.layers.windows import RelativePositionBias, TokenPartition, WindowPartition
 
 __all__ = [
+    "BasicLayer",
+    "BottleNeckLayer",
+    "ConvBackbone",
+    "ConvEncoder",
+    "ConvLayer",
+    "ConvSpec",
+    "ConvStem",
     "KERNELS",
     "ALiBi",
     "AxialRotaryEmbedding",
