@@ -147,8 +147,8 @@ def test_hf_format_directory_loads_without_transformers_objects(tmp_path):
 
 def test_refusals_name_the_problem():
     hf = build(transformers.BertModel)
-    with pytest.raises(ValueError, match="hidden_act='quick_gelu'"):
-        from_hf(transformers.BertModel(hf_config(hidden_act="quick_gelu")))
+    with pytest.raises(ValueError, match="hidden_act='mish'"):
+        from_hf(transformers.BertModel(hf_config(hidden_act="mish")))
     model = Bert(Bert.config_class(dim=24, depth=1, heads=3, vocab_size=61, norm_first=True))
     with pytest.raises(ValueError, match="norm_first=True"):
         to_hf(model)
