@@ -14,7 +14,7 @@ What it measures, on the data set's test split:
 - **pre-training**: the run's test loss in nats and bits per pixel (loss / ln 2);
 - **completion** (with ``--classifier RUN``, an image classifier of the same images, e.g.
   `tfam train vit --data digits`): the top half of each of ``--images`` test images is given,
-  ``--samples`` completions are sampled (temperature 1), and the classifier reads each
+  ``--samples`` completions are sampled (``--temperature``, default 1; ``--top-p``), and the classifier reads each
   completion; the share classified as the original's label is printed beside the classifier's
   accuracy on the originals themselves and on the prompts alone (bottom half black). The grid
   of the first 8 goes to ``OUT/completions.png``;
@@ -88,7 +88,13 @@ def completion_check(args: argparse.Namespace, run: Path, model: Any, test: Any)
     pixels = torch.cat(
         [
             complete(
-                model, ids[i : i + 64, : 1 + rows * w], h * w, samples=args.samples, generator=g
+                model,
+                ids[i : i + 64, : 1 + rows * w],
+                h * w,
+                samples=args.samples,
+                generator=g,
+                temperature=args.temperature,
+                top_p=args.top_p,
             )
             for i in range(0, n, 64)
         ]
@@ -187,6 +193,10 @@ def main() -> None:
         "--probe-train", type=int, default=None, help="train images for the probe (default: all)"
     )
     p.add_argument("--probe-iters", type=int, default=2000)
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (default 1)"
+    )
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here too")
     args = p.parse_args()
@@ -207,7 +217,8 @@ def main() -> None:
     results["completion"] = completion_check(args, run, model, test)
     comp = results["completion"]
     print(
-        f"completion: {comp['images']} test images x {comp['samples']} samples from the top half in "
+        f"completion: {comp['images']} test images x {comp['samples']} samples from the top half "
+        f"(temperature {args.temperature:g}, top-p {args.top_p}) in "
         f"{comp['seconds']} s; completed pixels equal to the original's {100 * comp['pixels_equal']:.1f}%; "
         f"grid {comp['grid']}"
     )
