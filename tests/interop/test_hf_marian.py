@@ -351,7 +351,7 @@ def test_half_precision_models_convert_in_their_dtype(dtype: torch.dtype) -> Non
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (dict(activation_function="quick_gelu"), "activation_function='quick_gelu'"),
+        (dict(activation_function="mish"), "activation_function='mish'"),
         (dict(decoder_attention_heads=2), "decoder_attention_heads=2"),
         (dict(decoder_ffn_dim=48), "decoder_ffn_dim=48"),
         (

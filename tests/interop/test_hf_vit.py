@@ -241,8 +241,8 @@ def test_activations(hidden_act: str) -> None:
 
 
 def test_refuses_what_tfam_cannot_represent() -> None:
-    with pytest.raises(ValueError, match=r"hidden_act='quick_gelu'.*'gelu'"):
-        from_hf(transformers.ViTModel(hf_config(hidden_act="quick_gelu")))
+    with pytest.raises(ValueError, match=r"hidden_act='mish'.*'gelu'"):
+        from_hf(transformers.ViTModel(hf_config(hidden_act="mish")))
     with pytest.raises(ValueError, match=r"pooler_act='relu'.*tanh"):
         from_hf(transformers.ViTModel(hf_config(pooler_act="relu")))
     # without a pooler the pooler activation is irrelevant

@@ -44,7 +44,8 @@ EPILOG = """examples:
   tfam train gpt --data kjv --out runs/kjv             a character-level GPT on the KJV
   tfam generate runs/kjv --prompt "And God said" --top-p 0.9 --seed 0
   tfam embed minilm_l6 "A fine film." --normalize     a sentence embedding (384 numbers)
-  tfam convert hf-to-tfam hf/gpt2 runs/gpt2           HF ViT, BERT, GPT-2 <-> tfam, checked
+  tfam convert hf-to-tfam hf/gpt2 runs/gpt2           HF <-> tfam (ViT, DeiT, Swin, ResNet, BERT,
+                                                   GPT-2, ImageGPT, Marian), checked
   tfam bench attention --kernels math,sdpa,chunked --lengths 1024,4096,16384 --out runs/bench
                                                    time and memory of each kernel against n
 """

@@ -1,5 +1,5 @@
-"""`tfam convert`: a local Hugging Face ViT, BERT, GPT-2 or MarianMT directory <-> a tfam model
-directory.
+"""`tfam convert`: a local Hugging Face directory (every model type a converter registers:
+ViT, DeiT, Swin, ResNet, BERT, GPT-2, ImageGPT, MarianMT) <-> a tfam model directory.
 
 Both directions read and write local directories only (nothing is downloaded), then reload
 what they wrote and compare it with the source model on a random batch, so a conversion that
@@ -53,10 +53,11 @@ def register(subparsers: Any) -> None:
     parser = add_command(
         subparsers,
         "convert",
-        help="convert a ViT, BERT, GPT or MarianMT between Hugging Face and tfam directories",
-        description="Convert a ViT, BERT, GPT-2 or MarianMT between a local Hugging Face directory "
-        "(save_pretrained) and a tfam model directory, then check the written model against "
-        "the source.",
+        help="convert a model between Hugging Face and tfam directories (every family with a "
+        "Hugging Face counterpart)",
+        description="Convert a model between a local Hugging Face directory (save_pretrained) "
+        "and a tfam model directory, then check the written model against the source. "
+        "Hugging Face model types: " + ", ".join(sorted(_converters())) + ".",
         epilog=EPILOG,
     )
     parser.add_argument(
