@@ -150,3 +150,62 @@ def test_bad_teachers_are_one_line(
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and message in lines[0], err
+
+
+class _Images(torch.utils.data.Dataset):
+    """Eight 8x8 images with a get_batch fast path, as tfam's image datasets have."""
+
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(8, 1, 8, 8, generator=g)
+        self.y = torch.arange(8) % 10
+
+    def __len__(self) -> int:
+        return 8
+
+    def get_batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[indices], self.y[indices]
+
+
+class _CountingTeacher(torch.nn.Module):
+    """A linear teacher that counts the images it reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.linear = torch.nn.Linear(64, 10)
+        self.images = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.images += x.shape[0]
+        return self.linear(x.flatten(1))
+
+
+def test_teacher_cache_runs_the_teacher_once_per_image_and_reuses_its_first_view() -> None:
+    data, teacher = _Images(), _CountingTeacher()
+    task = ImageDistillation(teacher, cache=True)
+    model, config = student(), TrainConfig()
+    first = {}
+    for epoch in range(3):
+        for idx in (torch.tensor([0, 3, 5]), torch.tensor([1, 2, 4, 6, 7])):
+            batch = task.get_batch(data, idx)
+            assert batch["index"].tolist() == idx.tolist()
+            # Another view each epoch (an augmentation): the cache keeps the first one's logits.
+            batch["images"] = batch["images"] + epoch
+            got = task.cached_teacher_logits(batch, len(data))
+            if epoch == 0:
+                with torch.no_grad():
+                    expected = teacher.linear(batch["images"].flatten(1))
+                torch.testing.assert_close(got, expected)
+                first.update({int(i): row for i, row in zip(idx, got, strict=True)})
+            else:
+                torch.testing.assert_close(got, torch.stack([first[int(i)] for i in idx]))
+            task.train_loss(model, batch, config)[0].backward()
+    assert teacher.images == 8, "one teacher pass over the data, not one per epoch"
+    # Without the cache the teacher reads every batch of every epoch.
+    plain = ImageDistillation(_CountingTeacher())
+    for _ in range(2):
+        plain.train_loss(model, plain.get_batch(data, torch.arange(8)), config)
+    assert plain.teacher.images == 16
+    with pytest.raises(ValueError, match="teacher_cache='yes' is invalid"):
+        ImageDistillation(teacher, cache="yes")

@@ -49,13 +49,14 @@ _RUN_SETTINGS = (
     "flip",
     "no_augment",
     "threads",
-    *("teacher", "distillation", "distill_alpha", "distill_tau"),
+    *("teacher", "distillation", "distill_alpha", "distill_tau", "teacher_cache"),
 )
 # The distillation options, as the command line spells them.
 _DISTILL_OPTIONS = {
     "distillation": "--distillation",
     "distill_alpha": "--distill-alpha",
     "distill_tau": "--distill-tau",
+    "teacher_cache": "--teacher-cache",
 }
 
 
@@ -210,6 +211,15 @@ def _add_distillation_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="soft distillation's temperature (default 1.0)",
     )
+    d.add_argument(
+        "--teacher-cache",
+        action="store_const",
+        const=True,
+        default=None,
+        help="run the teacher once per training image (on its first augmented view) and reuse "
+        "its logits in later epochs, instead of on every augmented view: the teacher's cost "
+        "becomes one pass over the data (a resumed run recomputes the cache)",
+    )
 
 
 def _distillation(
@@ -231,7 +241,8 @@ def _distillation(
     kind = settings["distillation"] or "hard"
     alpha = 0.5 if settings["distill_alpha"] is None else settings["distill_alpha"]
     tau = 1.0 if settings["distill_tau"] is None else settings["distill_tau"]
-    return "image-distillation", {"kind": kind, "alpha": alpha, "tau": tau}
+    cache = bool(settings["teacher_cache"])
+    return "image-distillation", {"kind": kind, "alpha": alpha, "tau": tau, "cache": cache}
 
 
 def _load_teacher(spec: str, entry: Any) -> Any:

@@ -15,6 +15,12 @@ The sums are over images (the trainer divides by the global batch's images), so 
 image, summed over classes, as the paper writes it (the DeiT repository divides it by B * K).
 Evaluation and the metrics are image classification's: ``loss`` and ``acc`` of the prediction,
 the average of the two heads (``model(images)``); the teacher is not run there.
+
+``cache=True`` runs the teacher once per training image, on the first augmented view the run
+draws of it, and reuses those logits in every later epoch (batches carry their dataset
+indices): the teacher then costs one pass over the data instead of one per epoch, at the price
+of the paper's exact rule (the teacher reads the same augmented image) when the augmentation
+changes the teacher's answer. The cache lives in memory: a resumed run fills it again.
 """
 
 from __future__ import annotations
@@ -76,7 +82,12 @@ class ImageDistillation(ImageClassification):
     needs_teacher: ClassVar[bool] = True
 
     def __init__(
-        self, teacher: nn.Module, kind: str = "hard", alpha: float = 0.5, tau: float = 1.0
+        self,
+        teacher: nn.Module,
+        kind: str = "hard",
+        alpha: float = 0.5,
+        tau: float = 1.0,
+        cache: bool = False,
     ) -> None:
         if not isinstance(teacher, nn.Module):
             raise ValueError(
@@ -91,8 +102,13 @@ class ImageDistillation(ImageClassification):
             raise ValueError(f"distill_alpha={alpha!r} is invalid: expected a number in [0, 1]")
         if not float(tau) > 0.0:
             raise ValueError(f"distill_tau={tau!r} is invalid: expected a number > 0")
+        if not isinstance(cache, bool):
+            raise ValueError(f"teacher_cache={cache!r} is invalid: expected True or False")
         self.teacher = teacher.eval().requires_grad_(False)
         self.kind, self.alpha, self.tau = kind, float(alpha), float(tau)
+        self.cache = cache
+        # Per training dataset (by id): the teacher's logits (N, K) and which rows are filled.
+        self._cached: dict[int, tuple[Tensor, Tensor]] = {}
 
     @classmethod
     def for_dataset(
@@ -103,13 +119,14 @@ class ImageDistillation(ImageClassification):
         kind: str = "hard",
         alpha: float = 0.5,
         tau: float = 1.0,
+        cache: bool = False,
     ) -> ImageDistillation:
         if teacher is None:
             raise ValueError(
                 "task 'image-distillation' needs a teacher: task_for('image-distillation', "
                 "dataset, teacher=model) (tfam train deit --teacher RUN_DIR)"
             )
-        return cls(teacher, kind=kind, alpha=alpha, tau=tau)
+        return cls(teacher, kind=kind, alpha=alpha, tau=tau, cache=cache)
 
     def extra_models(self) -> dict[str, nn.Module]:
         return {"teacher": self.teacher}
@@ -125,6 +142,40 @@ class ImageDistillation(ImageClassification):
             )
         return batch
 
+    def get_batch(self, dataset: Any, indices: Tensor) -> Batch | None:
+        batch = super().get_batch(dataset, indices)
+        if batch is None or not self.cache:
+            return batch
+        # Where each image sits in its dataset, for the cache (train_loss reads it).
+        index = torch.as_tensor(indices, dtype=torch.int64)
+        # Per row, so micro-batches and shards split them with the images.
+        return {
+            **batch,
+            "index": index,
+            "dataset": torch.full_like(index, id(dataset)),
+            "dataset_size": torch.full_like(index, len(dataset)),
+        }
+
+    def cached_teacher_logits(self, batch: Batch, size: int) -> Tensor:
+        """The teacher's logits (B, K) of ``batch``: from the cache where filled, else computed
+        on these (augmented) images and stored. ``size``: the dataset's length."""
+        images, index = batch["images"], batch["index"]
+        key = int(batch["dataset"][0])
+        if key not in self._cached:
+            fresh = self.teacher_logits(images)
+            table = torch.zeros(size, fresh.shape[-1], device=fresh.device)
+            filled = torch.zeros(size, dtype=torch.bool, device=fresh.device)
+            self._cached[key] = (table, filled)
+            table[index], filled[index] = fresh, True
+            return fresh
+        table, filled = self._cached[key]
+        index = index.to(table.device)
+        missing = ~filled[index]
+        if bool(missing.any()):
+            table[index[missing]] = self.teacher_logits(images[missing.to(images.device)])
+            filled[index[missing]] = True
+        return table[index]
+
     def teacher_logits(self, images: Tensor) -> Tensor:
         """The teacher's float32 logits (B, K) for the (augmented) images, eval mode, no grad."""
         if self.teacher.training:
@@ -138,7 +189,10 @@ class ImageDistillation(ImageClassification):
         batch = self.training_batch(model, batch)
         images, labels = batch["images"], batch["labels"]
         cls_logits, dist_logits = (z.float() for z in model(images, both=True))
-        teacher = self.teacher_logits(images)
+        if self.cache and "index" in batch:
+            teacher = self.cached_teacher_logits(batch, int(batch["dataset_size"][0]))
+        else:
+            teacher = self.teacher_logits(images)
         if teacher.shape != cls_logits.shape:
             raise ValueError(
                 f"the teacher gives logits of shape {tuple(teacher.shape)}, the student "
