@@ -9,8 +9,10 @@ average); then prints both test accuracies beside the ViT recipe's 91.31% and th
 
     python benchmarks/bench_deit.py --teacher runs/cnn-fashion-mnist --out runs/bench-deit
     python benchmarks/bench_deit.py --teacher RUN --max-steps 5     # a quick check only
-    python benchmarks/bench_deit.py --teacher RUN --jobs 2 -- --threads 1 --max-minutes 40
-                                  # both runs at once, a core each, the same time budget
+    python benchmarks/bench_deit.py --teacher RUN --jobs 2 --teacher-cache -- --threads 1 --epochs 10
+                                  # both runs at once, a core each, the same epochs; the
+                                  # teacher run once per image (its cost: one pass)
+    python benchmarks/bench_deit.py --teacher RUN --report   # the table of runs already in --out
 
 Options after ``--`` go to both ``tfam train`` runs unchanged (``-- --epochs 30``).
 """
@@ -40,6 +42,12 @@ def train(out: Path, extra: list[str]) -> tuple[float, float]:
     return float(results["test"]["acc"]), float(results.get("seconds", time.perf_counter() - t0))
 
 
+def read_result(out: Path) -> tuple[float, float]:
+    """(test accuracy, training seconds) of a finished run in ``out``."""
+    done = json.loads((out / "results.json").read_text())
+    return float(done["test"]["acc"]), float(done.get("seconds", 0.0))
+
+
 def train_together(runs: list[tuple[Path, list[str]]]) -> list[tuple[float, float]]:
     """Run every ``(out, extra)`` as its own `tfam train` process at once: [(acc, seconds)]."""
     t0 = time.perf_counter()
@@ -57,8 +65,7 @@ def train_together(runs: list[tuple[Path, list[str]]]) -> list[tuple[float, floa
         log.close()
         if code != 0:
             raise SystemExit(f"bench_deit: tfam train failed (exit {code}) for {out}; see its log")
-        done = json.loads((out / "results.json").read_text())
-        results.append((float(done["test"]["acc"]), float(done.get("seconds", 0.0))))
+        results.append(read_result(out))
     print(f"both runs took {time.perf_counter() - t0:.0f} s of wall time")
     return results
 
@@ -73,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--distillation", choices=("hard", "soft"), default="hard")
     p.add_argument("--max-steps", type=int, default=None, help="stop each run early (a check)")
     p.add_argument(
+        "--teacher-cache",
+        action="store_true",
+        help="the teacher reads each training image once (tfam train --teacher-cache)",
+    )
+    p.add_argument(
+        "--report", action="store_true", help="train nothing: the table of the runs in --out"
+    )
+    p.add_argument(
         "--jobs", type=int, choices=(1, 2), default=1, help="2: both runs at once (a core each)"
     )
     args = p.parse_args(argv)
@@ -81,9 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_steps is not None:
         common += ["--max-steps", str(args.max_steps)]
     distil = ["--teacher", args.teacher, "--distillation", args.distillation]
+    distil += ["--teacher-cache"] if args.teacher_cache else []
     named = (("with teacher", distil), ("without teacher", []))
     runs = [(out / name.replace(" ", "-"), [*extra, *common]) for name, extra in named]
-    if args.jobs == 2:
+    if args.report:
+        measured = [read_result(run_out) for run_out, _ in runs]
+    elif args.jobs == 2:
         measured = train_together(runs)
     else:
         measured = [train(run_out, extra) for run_out, extra in runs]
