@@ -119,6 +119,25 @@ def test_igpt_on_a_class_folder_completes_its_val_images(image_folder, cli, tmp_
                              "--out", tmp_path / "g.png"])  # fmt: skip
     assert code == 0, err
     assert "completed 1 val images" in stdout
+    # Fine-tuned as a classifier of the folder's classes: eval scores it as one.
+    tuned = tmp_path / "tuned"
+    code, _, err = cli(["train", "igpt", "--data", image_folder, "--task", "classify", "--init",
+                        out, "--out", tuned, *QUICK, "--quiet"])  # fmt: skip
+    assert code == 0, err
+    code, stdout, err = cli(["eval", tuned])
+    assert code == 0, err
+    assert {"bars", "columns", "spot", "accuracy"} <= set(stdout.split())
+
+
+def test_predict_on_an_igpt_run_is_one_line(tmp_path, image_folder, cli, one_line) -> None:
+    out = tmp_path / "run"
+    code, _, err = cli(["train", "igpt", "--data", image_folder, "--out", out, *QUICK, "--quiet",
+                        "--set", "dim=16", "--set", "depth=1"])  # fmt: skip
+    assert code == 0, err
+    code, _, err = cli(["predict", out, next((image_folder / "spot").iterdir())])
+    line = one_line(err)
+    assert code == 2 and f"DIR {str(out)!r} is invalid for predict" in line
+    assert f"`tfam generate {out}` completes them" in line
 
 
 def test_the_sizers_follow_the_image_size() -> None:
