@@ -208,9 +208,9 @@ def describe_run(run_dir: Path, family: str) -> str:
     """'a vit image-classification run (vit_digits on digits)': what a run directory holds,
     from its train_args.json and the dataset catalog, for error messages."""
     args = train_args(run_dir)
-    task = ""
+    task = str(args.get("task") or "")  # recorded when not the data's default (--task)
     data = args.get("data")
-    if data:
+    if data and not task:
         try:
             from tfam.data import resolve_data
 
@@ -238,8 +238,8 @@ class RunTask:
 
 
 def run_task(run_dir: Path, config: Any) -> RunTask:
-    """The task and dataset of a run: labels.json, else train_args.json's dataset in the
-    catalog, else what the model's head computes (the family's ``head_task``)."""
+    """The task and dataset of a run: labels.json, else train_args.json's task (recorded when
+    --task chose another than the data's default), else its dataset's in the catalog, else what the model's head computes (the family's ``head_task``)."""
     labels: dict[str, Any] = {}
     if (run_dir / LABELS_FILE).is_file():
         try:
@@ -247,7 +247,7 @@ def run_task(run_dir: Path, config: Any) -> RunTask:
         except ValueError:
             labels = {}
     data = str(labels.get("data") or train_args(run_dir).get("data") or "")
-    task = str(labels.get("task") or "")
+    task = str(labels.get("task") or train_args(run_dir).get("task") or "")
     if not task and data:
         from tfam.data import resolve_data
 

@@ -4,6 +4,7 @@ resampling helpers), a fresh head for other classes, and one line saying so."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -254,3 +255,82 @@ def test_init_with_another_tokenizer_of_the_same_size_is_refused(tmp_path: Path)
     _check_init_tokenizer(str(tmp_path), Tok({"a": 0, "b": 1}), entry)  # same: accepted
     with pytest.raises(ValueError, match=r"--init '.*' is invalid for --data mine: its tokenizer"):
         _check_init_tokenizer(str(tmp_path), Tok({"a": 1, "b": 0}), entry)
+
+
+# Every vision family fine-tunes from a digits run onto a folder of 3 classes of 10x10 images.
+FAMILY_RUNS = {
+    "cnn": ["--set", "hidden_sizes=[8,16]", "--set", "depths=[1,1]", "--set", "embedding_size=8"],
+    "deit": TINY[:6],
+    "swin": ["--set", "dim=16", "--set", "heads=2", "--set", "depths=[1,1]"],
+    "igpt": TINY[:6],
+}
+
+
+@pytest.fixture(scope="module")
+def family_runs(runs, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("families")
+    done = {}
+    for family, sets in FAMILY_RUNS.items():
+        data = "digits-pixels" if family == "igpt" else "digits"
+        out = root / family
+        argv = ["train", family, "--data", data, "--out", out, *sets, *QUICK, "--threads", "1"]
+        assert tfam.cli.main([str(a) for a in [*argv, "--quiet"]]) == 0
+        done[family] = out
+    return done
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_RUNS))
+def test_every_vision_family_fine_tunes_from_digits(family, family_runs, runs, spy, cli, tmp_path):
+    """The body copied exactly (CNN BatchNorm statistics and Swin's relative bias tables too:
+    the window is the same), DeiT's positions resampled 4x4 -> 5x5 behind its two prefix
+    tokens, a fresh head for 3 classes; iGPT keeps the digits' palette (values 0..16, read from
+    the folder's 0..255) and 8x8 images, so every tensor, its next-pixel head too, is copied."""
+    run = family_runs[family]
+    code, out, err = cli(["train", family, "--data", runs["shapes"], "--init", run, "--out",
+                          tmp_path / "t", "--threads", "1", *QUICK])  # fmt: skip
+    assert code == 0, err
+    model, state = spy["model"], spy["state"]
+    theirs = tfam.from_pretrained(run).state_dict()
+    head = [k for k in state if k.startswith("head")] if family != "igpt" else []
+    for name, tensor in state.items():
+        if name not in head and name != "pos_embed":
+            assert torch.equal(tensor, theirs[name]), name
+    fresh = fresh_like(model)
+    for name in head:
+        assert state[name].shape[0] == 3 and torch.equal(state[name], fresh[name]), name
+    (line,) = spy["lines"]
+    if family == "igpt":
+        assert line == f"init: {run} -> {len(state)} tensors copied"
+        palette = json.loads((tmp_path / "t" / "palette.json").read_text())
+        assert palette["scale"] == 16 and palette["image_shape"] == [1, 8, 8]
+        assert "12x12" not in out and "10x10 -> 8x8 images, 17 grey levels of 0..16" in out
+        return
+    modules = ", ".join(dict.fromkeys(k.rsplit(".", 1)[0] for k in head))  # head, head_dist
+    assert line == f"init: {run} -> {len(state) - len(head) - (family == 'deit')} tensors " + (
+        f"copied, pos_embed resampled 4x4 -> 5x5, {modules}" if family == "deit" else
+        f"copied, {modules}") + " reset (10 -> 3 classes)"  # fmt: skip
+    if family == "cnn":
+        assert any(k.endswith("running_var") for k in state)  # BatchNorm statistics, copied
+    if family == "swin":
+        assert any(k.endswith("bias_provider.table") for k in state)
+    if family == "deit":
+        expected = resample_pos_embed(theirs["pos_embed"], (5, 5), (4, 4), 2)
+        assert torch.equal(state["pos_embed"], expected)
+
+
+def test_an_igpt_palette_for_other_images_is_one_line(family_runs, cli, one_line, tmp_path):
+    folder = tmp_path / "colour"
+    for name in ("a", "b"):
+        (folder / name).mkdir(parents=True)
+        for i in range(2):
+            pixels = np.full((8, 8, 3), 60 * i, dtype=np.uint8)
+            Image.fromarray(pixels, mode="RGB").save(folder / name / f"{i}.png")
+    code, _, err = cli(["train", "igpt", "--data", folder, "--init", family_runs["igpt"],
+                        "--out", tmp_path / "x"])  # fmt: skip
+    line = one_line(err)
+    assert code == 2 and f"--init {str(family_runs['igpt'])!r} is invalid for --data" in line
+    assert "its palette (17 grey levels of 0..16) is for 1-channel images" in line
+    assert "the folder's images have 3 channels" in line
+    code, _, err = cli(["train", "cnn", "--data", folder, "--init", family_runs["swin"],
+                        "--out", tmp_path / "y"])  # fmt: skip
+    assert code == 2 and "is a 'swin' model, but MODEL is 'cnn'" in one_line(err)

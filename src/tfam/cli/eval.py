@@ -345,6 +345,11 @@ def run_text(args: argparse.Namespace) -> int:
             f"{run_dir} names no dataset (no labels.json or train_args.json): pass --data NAME"
         )
     entry = resolve_data(name, run=run_dir)
+    if trained.task in entry.tasks and trained.task != entry.task:
+        # Data with several objectives (images as pixels: next pixel, or classify): the run's.
+        import dataclasses
+
+        entry = dataclasses.replace(entry, task=trained.task)
     if trained.task and entry.task != trained.task:
         raise ValueError(
             f"--data {entry.name} is a {entry.task} dataset, but {run_dir} was trained for "

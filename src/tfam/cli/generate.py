@@ -127,7 +127,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the top rows given as the prompt (default: half the image)",
     )
     g.add_argument(
-        "--split", default="test", metavar="NAME", help="the dataset split (default: test)"
+        "--split",
+        default=None,
+        metavar="NAME",
+        help="the dataset split (default: test; val for an image folder without a test/)",
     )
     g.add_argument(
         "--out", default=None, metavar="PNG", help="the grid (default: DIR/completions.png)"
@@ -417,7 +420,9 @@ def run_images(args: argparse.Namespace) -> int:
             f"{run_dir} names no dataset (train_args.json, palette.json): the held-out images "
             "to complete come from the run's dataset"
         )
-    entry = resolve_data(str(data_name))
+    entry = resolve_data(str(data_name), run=run_dir)  # a folder: as the run read it
+    if args.split is None:
+        args.split = entry.test_split or entry.val_split or "test"
     if args.split not in entry.splits:
         raise ValueError(
             f"--split {args.split!r} is invalid: expected one of {', '.join(entry.splits)}"

@@ -162,6 +162,15 @@ def predict_text(args: argparse.Namespace) -> int:
     trained = run_task(run_dir, config)
     wanted = "token-classification" if args.tags else None
     text_classes = ("sequence-classification", "token-classification")
+    if getattr(cls, "image_tokens", False):
+        completes = cls.head_task(config) == "causal-lm"
+        raise ValueError(
+            f"DIR {args.dir!r} is invalid for predict: it holds "
+            f"{describe_run(run_dir, config.family)}, a model over palette ids, which reads no "
+            "image files; predict takes an image classifier or a BERT classifier; "
+            f"`tfam eval {args.dir}` scores it on its data's held-out images"
+            + (f", `tfam generate {args.dir}` completes them" if completes else "")
+        )
     if trained.task not in text_classes or trained.task not in getattr(cls, "tasks", ()):
         hint = (
             f"; to continue text with it: tfam generate {args.dir} --prompt TEXT"

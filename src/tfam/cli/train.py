@@ -746,6 +746,18 @@ def run(args: argparse.Namespace) -> int:
         files,
         str(out) if resumed_tok else getattr(args, "init", None),
     ).for_family(args.family)
+    # An image folder for a model that reads images as tokens (iGPT) becomes pixel sequences,
+    # with the palette of the resumed run or of --init RUN when it keeps one.
+    from tfam.data.vision.palette import PALETTE_FILE
+    from tfam.training.autosize import entry_for_family
+
+    resumed_palette = args.resume and (out / PALETTE_FILE).is_file()
+    entry = entry_for_family(
+        args.family,
+        entry,
+        run=str(out) if resumed_palette else getattr(args, "init", None),
+        what="--out" if resumed_palette else "--init",
+    )
     user_text = entry.is_folder and not _has_images(entry)
     default_out = Path(entry.name).name if entry.is_folder else entry.name
     out = Path(args.out) if args.out else Path("runs") / default_out

@@ -10,6 +10,7 @@ An entry says what a dataset is and how tfam trains on it — the one place for 
     default_augment("digits")  # BatchAugment with the entry's padding and flip
 
     entry = resolve_data("photos/")   # a directory: an image folder (tfam.data.sources.folder)
+    entry = pixel_folder_entry("photos/", (16, 16), GreyPalette(16))  # the same as pixels (iGPT)
     entry = resolve_data("reviews.csv", family="bert")   # the user's text (sources/files.py)
     entry = from_files("story.txt", family="gpt")        # the same, the Python spelling
 
@@ -42,7 +43,7 @@ from tfam.data.sources.images import (
     load_digits,
     load_fashion_mnist,
 )
-from tfam.data.sources.pixels import load_pixels, pixels_info
+from tfam.data.sources.pixels import PixelInfo, load_folder_pixels, load_pixels, pixels_info
 from tfam.data.sources.sentiment import SENTIMENT_INFO, load_sentiment
 from tfam.data.sources.seq2seq import (
     KJV_RV_VOCAB,
@@ -55,6 +56,7 @@ from tfam.data.sources.textfiles import is_text_folder
 from tfam.data.sources.treebank import TURKISH_POS_INFO, load_turkish_pos
 from tfam.data.text.dataset import TEXT_SPLITS, TextDatasetInfo
 from tfam.data.vision.augment import BatchAugment
+from tfam.data.vision.palette import PALETTE_FILE, Palette, load_palette
 
 __all__ = [
     "CATALOG",
@@ -67,6 +69,8 @@ __all__ = [
     "FILE_OPTIONS",
     "folder_entry",
     "from_files",
+    "pixel_folder_entry",
+    "run_pixels",
     "get_dataset",
     "list_datasets",
     "load_dataset",
@@ -214,25 +218,30 @@ def get_dataset(name: str) -> DatasetEntry:
 
 
 def folder_entry(
-    path: str | os.PathLike, image_size: int | tuple[int, int] | None = None
+    path: str | os.PathLike,
+    image_size: int | tuple[int, int] | None = None,
+    in_channels: int | None = None,
 ) -> DatasetEntry:
     """An image folder (one sub-folder per class, or timm's train/ val/ test/ layout) as a
     catalog entry; scans it (see :mod:`tfam.data.sources.folder`), so unreadable files are
-    named here. ``image_size``: bring every image to this size (default: the first image's)."""
-    index = scan_folder(path, image_size)
+    named here. ``image_size``: bring every image to this size (default: the first image's);
+    ``in_channels``: to 1 or 3 channels (default: 1 when every image is grey)."""
+    index = scan_folder(path, image_size, in_channels)
     h, w = index.image_size
     folder = index.root
     size = index.image_size if image_size is not None else None
 
     def loader(split: str, *, root: Any = None, seed: int = 0) -> ImageFolder:
-        return ImageFolder(folder, split, seed=seed, image_size=size)
+        return ImageFolder(folder, split, seed=seed, image_size=size, in_channels=in_channels)
 
     root = folder
-    train = len(ImageFolder(root, "train", image_size=size))
-    fit_size = len(ImageFolder(root, "fit", image_size=size))
-    val_size = len(ImageFolder(root, "val", image_size=size))
+    train = len(ImageFolder(root, "train", image_size=size, in_channels=in_channels))
+    fit_size = len(ImageFolder(root, "fit", image_size=size, in_channels=in_channels))
+    val_size = len(ImageFolder(root, "val", image_size=size, in_channels=in_channels))
     has_test = "test" in index.splits
-    test_size = len(ImageFolder(root, "test", image_size=size)) if has_test else 0
+    test_size = (
+        len(ImageFolder(root, "test", image_size=size, in_channels=in_channels)) if has_test else 0
+    )
     if index.split_ranges:
         splits_text = f"splits as given (timm layout): {train} train/ / {val_size} val/" + (
             f" / {test_size} test/" if has_test else ""
@@ -266,6 +275,81 @@ def folder_entry(
         test_split="test" if has_test else None,
         is_folder=True,
     )
+
+
+# The objectives of images read as pixel sequences (iGPT): next-pixel prediction, then a
+# classifier fine-tuned from it.
+_PIXEL_TASKS = ("causal-lm", "sequence-classification")
+
+
+def pixel_folder_entry(
+    path: str | os.PathLike,
+    image_size: tuple[int, int],
+    palette: Palette,
+    in_channels: int | None = None,
+) -> DatasetEntry:
+    """An image folder read as palette-id sequences for a GPT over pixels (iGPT): its splits
+    (:func:`folder_entry`), each image brought to ``image_size`` (H, W) and ``in_channels``
+    (None: the folder's) and encoded by ``palette``
+    (:func:`tfam.data.sources.pixels.load_folder_pixels`). Its task is next-pixel prediction
+    (causal-lm), or classification (``--task classify``); the facts are a :class:`PixelInfo`.
+    A palette for another number of channels than the images have is one line."""
+    h, w = (int(v) for v in image_size)
+    own = scan_folder(path)  # the images as they are (size, channels), for the description
+    channels = int(in_channels or own.in_channels)
+    if palette.channels != channels:
+        raise ValueError(
+            f"palette={palette.describe()!r} is invalid for the image folder {own.root}: it is "
+            f"for {palette.channels}-channel images, the folder's have {channels}"
+        )
+    base = folder_entry(path, image_size=(h, w), in_channels=in_channels)
+    root = base.info.name
+
+    def loader(split: str, *, root: Any = None, seed: int = 0) -> Any:
+        return load_folder_pixels(
+            base.name, split, image_size=(h, w), palette=palette, in_channels=in_channels,
+            seed=seed,
+        )  # fmt: skip
+
+    source = own.image_size if own.image_size != (h, w) else None
+    resized = f"{source[0]}x{source[1]} -> " if source else ""
+    info = PixelInfo(
+        name=root,
+        vocab_size=palette.size + 1,
+        train_size=base.info.train_size,
+        test_size=base.info.test_size,
+        description=(
+            f"{base.info.description}; read as pixel sequences (iGPT): {resized}{h}x{w} images, "
+            f"{palette.describe()}, [start={palette.size}] + {h * w} ids in raster order"
+        ),
+        pad_token_id=None,  # type: ignore[arg-type]  (no padding: equal lengths)
+        bos_token_id=palette.size,
+        eos_token_id=None,  # type: ignore[arg-type]
+        classes=base.info.classes,
+        num_labels=len(base.info.classes),
+        head="sequence",
+        max_length=1 + h * w,
+        image_shape=(channels, h, w),
+        source_size=source,
+        palette=palette.describe(),
+    )
+    return dataclasses.replace(
+        base, task="causal-lm", tasks=_PIXEL_TASKS, info=info, loader=loader, augment=(0, False)
+    )
+
+
+def run_pixels(run: str | os.PathLike) -> tuple[Palette, tuple[int, int, int]] | None:
+    """(the palette, the image shape (C, H, W)) a run directory keeps in palette.json (a run
+    trained on pixel sequences), else None."""
+    path = Path(run).expanduser() / PALETTE_FILE
+    if not path.is_file():
+        return None
+    palette, facts = load_palette(path)
+    shape = facts.get("image_shape")
+    if not isinstance(shape, list | tuple) or len(shape) != 3:
+        raise ValueError(f"{path}: image_shape={shape!r} is invalid: expected [C, H, W]")
+    c, h, w = (int(v) for v in shape)
+    return palette, (c, h, w)
 
 
 # The options that read the user's text files (tfam train's --text-column, ...): saved in a
@@ -368,12 +452,17 @@ def resolve_data(
     """A registered dataset name; else an existing directory read as an image folder, or a
     text file (or a folder of .txt files) read by :func:`from_files` with ``options`` (its
     keywords). ``run``: a run directory trained on that file, whose saved options and tokenizer
-    are used (``tfam eval RUN``)."""
+    are used (``tfam eval RUN``); an image folder of a run that keeps a palette (palette.json:
+    iGPT) is read as that run's pixel sequences (:func:`pixel_folder_entry`)."""
     text = str(spec)
     if _key(text) in _ALIASES:
         return get_dataset(text)
     path = Path(text).expanduser()
     if path.is_dir() and not is_text_folder(path):
+        pixels = run_pixels(run) if run is not None else None
+        if pixels is not None:
+            palette, (c, h, w) = pixels
+            return pixel_folder_entry(path, (h, w), palette, in_channels=c)
         return folder_entry(path)
     if path.exists():
         if run is not None:
@@ -747,8 +836,6 @@ register_dataset(
 # default task pre-trains by next-pixel prediction; --task classify fine-tunes (with --init, the
 # pre-trained run). A run keeps its palette in palette.json (`tfam generate RUN` completes
 # held-out images with it).
-
-_PIXEL_TASKS = ("causal-lm", "sequence-classification")
 
 register_dataset(
     DatasetEntry(

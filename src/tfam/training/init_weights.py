@@ -38,8 +38,18 @@ def resample_positions_1d(table: Tensor, length: int) -> Tensor:
     return grid.squeeze(0).t().contiguous().to(table.dtype).reshape(length, dim)
 
 
-def _classes(config: Any) -> Any:
-    # Vision families count num_classes, text families num_labels.
+# Heads that score tokens, not classes: their config's num_labels (iGPT keeps one for its
+# classifier head) says nothing about them.
+_TOKEN_HEAD_TASKS = ("causal-lm", "masked-lm")
+
+
+def _classes(model: nn.Module) -> Any:
+    """The classes ``model``'s head scores (None for a head over tokens). Vision families
+    count num_classes, text families num_labels."""
+    config = getattr(model, "config", None)
+    head_task = getattr(type(model), "head_task", None)
+    if callable(head_task) and config is not None and head_task(config) in _TOKEN_HEAD_TASKS:
+        return None
     n = getattr(config, "num_classes", None)
     return n if n is not None else getattr(config, "num_labels", None)
 
@@ -156,10 +166,19 @@ def load_init_weights(model: nn.Module, init: str, data: str | None = None) -> l
         else:
             verb = "cut" if b[0] < a[0] else "resampled"
             parts.append(f"{name} {verb} {a[0]} -> {b[0]} positions")
-    a, b = _classes(theirs_config), _classes(mine_config)
+    a, b = _classes(source), _classes(model)
     if reset:
-        why = f"{a} -> {b} classes" if a is not None and b is not None and a != b else "shape"
-        parts.append(f"{_modules(reset)} reset ({why})")
+        # A head for other classes, apart from tensors of another shape for another reason
+        # (another width, or a Swin window: its relative bias table).
+        other = a is not None and b is not None and a != b
+        heads = [
+            n for n in reset if other and mine[n].shape[0] == b and theirs[n].shape[:1] == (a,)
+        ]
+        if heads:
+            parts.append(f"{_modules(heads)} reset ({a} -> {b} classes)")
+        rest = [n for n in reset if n not in heads]
+        if rest:
+            parts.append(f"{_modules(rest)} reset (shape)")
     if unknown:
         line = f"{_modules(unknown)} new"
         head_a = getattr(theirs_config, "head", None)

@@ -336,6 +336,10 @@ class ImageFolder(torch.utils.data.Dataset):
         x = (x - self.mean.view(1, -1, 1, 1)) / self.std.view(1, -1, 1, 1)
         return x, self.labels.index_select(0, idx)
 
+    def pixels(self) -> Tensor:
+        """Every item as stored, (N, C, H, W) uint8 (the folder decoded once, then kept)."""
+        return _all_pixels(self.index).index_select(0, self.indices)
+
     def with_stats(
         self, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor
     ) -> ImageFolder:

@@ -8,12 +8,17 @@ in raster order after a start token, with its label kept (for probes and fine-tu
 The start token is the last id (``vocab_size - 1 = palette.size``), Hugging Face's ImageGPT
 convention. Splits are the image datasets' own (train, fit, val, test; the same seeds). A run
 trained on one keeps its palette and image shape in ``palette.json`` (:meth:`PixelDataset.run_files`).
+
+Your own image folder reads the same way (:func:`load_folder_pixels`: its images brought to a
+small size, the palette given; ``tfam train igpt --data photos/`` chooses both, see
+:mod:`tfam.training.autosize`); its facts are a :class:`PixelInfo`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,7 +29,27 @@ from tfam.data.sources.images import DIGITS, FASHION_MNIST, load_digits, load_fa
 from tfam.data.text.dataset import TextDatasetInfo
 from tfam.data.vision.palette import PALETTE_FILE, GreyPalette, Palette
 
-__all__ = ["PIXEL_SOURCES", "PixelDataset", "downsample", "load_pixels", "pixels_info"]
+__all__ = [
+    "PIXEL_SOURCES",
+    "PixelDataset",
+    "PixelInfo",
+    "downsample",
+    "load_folder_pixels",
+    "load_pixels",
+    "pixels_info",
+]
+
+
+@dataclass(frozen=True)
+class PixelInfo(TextDatasetInfo):
+    """A pixel dataset's facts (:class:`TextDatasetInfo`: vocabulary = palette + start, the
+    classes) and the images': ``image_shape`` (C, H, W) as encoded, ``source_size`` (H, W)
+    of the images before they were brought to that size (None: the same), ``palette`` (its
+    description: "16 grey levels of 0..255")."""
+
+    image_shape: tuple[int, int, int] = (1, 1, 1)
+    source_size: tuple[int, int] | None = None
+    palette: str = ""
 
 
 def downsample(images: Tensor, factor: int) -> Tensor:
@@ -42,7 +67,9 @@ class PixelDataset(torch.utils.data.Dataset):
     ``ids`` (N, 1 + H*W), ``labels`` (N,), ``images`` (N, C, H, W) uint8 (as encoded, for
     drawing), ``palette``, ``image_shape`` (C, H, W), ``start_token_id`` = ``vocab_size - 1``,
     ``classes``. A causal-lm task reads the ids (inputs ids[:-1], labels ids[1:]); a sequence
-    classifier the ids and the label."""
+    classifier the ids and the label. ``pixel_scale``: the images' white (None: the palette's
+    ``scale``); images of another white are encoded at the palette's (x * scale / pixel_scale),
+    so a palette made for 0..16 reads 0..255 images as the same grey levels."""
 
     pad_token_id = None  # every sequence has the same length: no padding
 
@@ -54,6 +81,7 @@ class PixelDataset(torch.utils.data.Dataset):
         palette: Palette,
         name: str = "custom",
         split: str | None = None,
+        pixel_scale: float | None = None,
     ) -> None:
         images = torch.as_tensor(images)
         if images.dtype != torch.uint8 or images.ndim != 4:
@@ -70,7 +98,10 @@ class PixelDataset(torch.utils.data.Dataset):
         self.start_token_id = palette.size
         self.bos_token_id = palette.size
         self.vocab_size = palette.size + 1
-        pixels = palette.encode(images)
+        if pixel_scale is not None and float(pixel_scale) != palette.scale:
+            pixels = palette.encode(images.to(torch.float64) * (palette.scale / float(pixel_scale)))
+        else:
+            pixels = palette.encode(images)
         start = torch.full((len(images), 1), self.start_token_id, dtype=torch.int64)
         self.ids = torch.cat([start, pixels], dim=1)
         self.context = pixels.shape[1]  # H*W: a next-pixel model reads [start] + H*W - 1
@@ -139,13 +170,41 @@ def load_pixels(
     )
 
 
+def load_folder_pixels(
+    root: str | os.PathLike,
+    split: str = "train",
+    *,
+    image_size: tuple[int, int],
+    palette: Palette,
+    in_channels: int | None = None,
+    seed: int = 0,
+) -> PixelDataset:
+    """A split of an image folder (:class:`tfam.data.sources.folder.ImageFolder`: its splits
+    and seeds) as palette-id sequences: every image brought to ``image_size`` (H, W) (a box
+    filter when shrinking: the mean of the pixels each new pixel covers) and ``in_channels``
+    (None: the folder's), then encoded by ``palette`` (its values 0..255 read at the
+    palette's scale)."""
+    from tfam.data.sources.folder import ImageFolder
+
+    folder = ImageFolder(root, split, seed=seed, image_size=image_size, in_channels=in_channels)
+    return PixelDataset(
+        folder.pixels(),
+        folder.labels,
+        folder.classes,
+        palette,
+        name=folder.name,
+        split=split,
+        pixel_scale=folder.pixel_scale,
+    )
+
+
 def pixels_info(source: str) -> TextDatasetInfo:
     """The catalog facts of a pixel dataset (loads nothing): vocabulary = palette + start,
     no padding, the start token, the classes (a classifier's ``num_labels``)."""
     _, factor, palette, info = PIXEL_SOURCES[source]
     size = info.image_size if isinstance(info.image_size, int) else info.image_size[0]
     side = size // factor
-    return TextDatasetInfo(
+    return PixelInfo(
         name=f"{source}-pixels",
         vocab_size=palette.size + 1,
         train_size=info.train_size,
@@ -163,4 +222,7 @@ def pixels_info(source: str) -> TextDatasetInfo:
         num_labels=len(info.classes),
         head="sequence",
         max_length=1 + side * side,
+        image_shape=(info.in_channels, side, side),
+        source_size=(size, size) if factor > 1 else None,
+        palette=palette.describe(),
     )

@@ -62,6 +62,10 @@ class Palette:
     def colours(self) -> Tensor:
         raise NotImplementedError
 
+    def describe(self) -> str:
+        """What the palette is, in words ("16 grey levels of 0..255", "16 k-means colours")."""
+        raise NotImplementedError
+
     def encode(self, images: Tensor) -> Tensor:
         """images (B, C, H, W) (uint8 or float, in [0, scale]) -> ids (B, H*W): the nearest
         colour of each pixel, row by row."""
@@ -116,6 +120,9 @@ class GreyPalette(Palette):
         images = _check_images(images, 1).to(torch.float64)
         ids = torch.round(images * (self.size - 1) / self.scale).clamp(0, self.size - 1)
         return ids.to(torch.int64).flatten(1)
+
+    def describe(self) -> str:
+        return f"{self.size} grey levels of 0..{self.scale:g}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "levels": self.size, "scale": self.scale}
@@ -181,6 +188,9 @@ class KMeansPalette(Palette):
                 break
             centres = moved
         return cls(centres, scale=scale)
+
+    def describe(self) -> str:
+        return f"{self.size} k-means colours"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "centres": self.centres.tolist(), "scale": self.scale}
