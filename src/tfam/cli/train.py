@@ -834,9 +834,9 @@ def run(args: argparse.Namespace) -> int:
     val_set = entry.load(entry.val_split, **load) if entry.val_split else None
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
     # The catalog's task for the data, or --task; with --teacher, distillation from it.
-    options = {"teacher": teacher, **distill} if distill is not None else {}
+    task_options = {"teacher": teacher, **distill} if distill is not None else {}
     try:
-        task = task_for(task_name, train_set, **options)
+        task = task_for(task_name, train_set, **task_options)
     except ValueError as err:
         raise option_error(err, _DISTILL_OPTIONS) from None
     tokenizer = getattr(train_set, "tokenizer", None)
