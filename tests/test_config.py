@@ -137,7 +137,7 @@ def test_unknown_field_in_create_model_overrides():
         tfam.create_model("vit_digits", patch=4)
 
 
-@pytest.mark.parametrize("name", ["vit_gigantic_patch14", "resnet50", ""])
+@pytest.mark.parametrize("name", ["vit_gigantic_patch14", "resnet51", ""])
 def test_unknown_model_name(name):
     with pytest.raises(ValueError, match=re.escape(f"model name {name!r} is unknown")) as info:
         tfam.create_model(name)
