@@ -81,10 +81,11 @@ def weight_pairs(config: GPTConfig) -> list[tuple[str, list[str], bool]]:
     return pairs
 
 
-def config_from_hf(
-    hf_config: Any, *, tie_output: bool = True, fused_qkv: bool = True, attention: str = "sdpa"
-) -> GPTConfig:
-    """tfam GPTConfig for an HF GPT2Config; refuses settings tfam computes differently."""
+def gpt2_style_fields(hf_config: Any, title: str) -> dict[str, Any]:
+    """The config fields of a GPT-2-style HF config (GPT2Config, ImageGPTConfig: n_embd,
+    n_layer, n_head, n_inner, the *_pdrop rates, learned positions, a fused biased Q|K|V),
+    after refusing the settings tfam computes differently; ``title`` names the family in the
+    refusals."""
 
     def refuse(name: str, value: Any, why: str) -> ValueError:
         return ValueError(f"{name}={value!r} is invalid for conversion: {why}")
@@ -97,37 +98,46 @@ def config_from_hf(
             "scale_attn_by_inverse_layer_idx", True, "tfam's scores have no per-layer scale"
         )
     if getattr(hf_config, "add_cross_attention", False):
-        raise refuse("add_cross_attention", True, "tfam's GPT is decoder-only (no cross-attention)")
+        raise refuse("add_cross_attention", True, f"tfam's {title} is decoder-only")
     embd, resid = float(hf_config.embd_pdrop), float(hf_config.resid_pdrop)
     if embd != resid:
         warnings.warn(
             f"embd_pdrop={embd} and resid_pdrop={resid} become one dropout={resid} in tfam "
             "(eval outputs are unchanged; training differs)",
-            stacklevel=3,
+            stacklevel=4,
         )
-    return GPTConfig(
+    return dict(
         dim=hf_config.n_embd,
         depth=hf_config.n_layer,
         heads=hf_config.n_head,
         ffn_dim=hf_config.n_inner or 4 * hf_config.n_embd,
         activation=activation,
-        norm="layernorm",
         norm_eps=float(hf_config.layer_norm_epsilon),
         norm_first=True,
         dropout=resid,
         attn_dropout=float(hf_config.attn_pdrop),
-        attention=attention,
         position="learned",
         qkv_bias=True,
-        fused_qkv=fused_qkv,
         init_std=float(hf_config.initializer_range),
         vocab_size=hf_config.vocab_size,
         max_positions=hf_config.n_positions,
+        final_norm=True,
+    )
+
+
+def config_from_hf(
+    hf_config: Any, *, tie_output: bool = True, fused_qkv: bool = True, attention: str = "sdpa"
+) -> GPTConfig:
+    """tfam GPTConfig for an HF GPT2Config; refuses settings tfam computes differently."""
+    return GPTConfig(
+        **gpt2_style_fields(hf_config, "GPT"),
+        norm="layernorm",
+        attention=attention,
+        fused_qkv=fused_qkv,
         pad_token_id=_special(hf_config, "pad_token_id"),
         bos_token_id=_special(hf_config, "bos_token_id"),
         eos_token_id=_special(hf_config, "eos_token_id"),
         tie_output=tie_output,
-        final_norm=True,
     )
 
 

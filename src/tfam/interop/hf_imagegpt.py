@@ -27,14 +27,13 @@ score (classification, no bias)          score
 from __future__ import annotations
 
 import re
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 import tfam.interop.common as common
-from tfam.interop.hf_gpt2 import _block_pairs
+from tfam.interop.hf_gpt2 import _block_pairs, gpt2_style_fields
 from tfam.interop.registry import Converter, register_converter
 from tfam.models.igpt import IGPT, IGPTConfig
 
@@ -74,48 +73,17 @@ def config_from_hf(
     hf_config: Any, head: str, *, fused_qkv: bool = True, attention: str = "sdpa"
 ) -> IGPTConfig:
     """tfam IGPTConfig for an HF ImageGPTConfig; refuses settings tfam computes differently."""
-
-    def refuse(name: str, value: Any, why: str) -> ValueError:
-        return ValueError(f"{name}={value!r} is invalid for conversion: {why}")
-
-    activation = common.activation_from_hf(hf_config.activation_function, "activation_function")
-    if not getattr(hf_config, "scale_attn_weights", True):
-        raise refuse("scale_attn_weights", False, "tfam always scales scores by 1/sqrt(Dh)")
-    if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False):
-        raise refuse(
-            "scale_attn_by_inverse_layer_idx", True, "tfam's scores have no per-layer scale"
-        )
-    if getattr(hf_config, "add_cross_attention", False):
-        raise refuse("add_cross_attention", True, "tfam's iGPT is decoder-only")
     if getattr(hf_config, "tie_word_embeddings", False):
-        raise refuse("tie_word_embeddings", True, "iGPT's head scores vocab_size - 1 ids (untied)")
-    embd, resid = float(hf_config.embd_pdrop), float(hf_config.resid_pdrop)
-    if embd != resid:
-        warnings.warn(
-            f"embd_pdrop={embd} and resid_pdrop={resid} become one dropout={resid} in tfam "
-            "(eval outputs are unchanged; training differs)",
-            stacklevel=3,
+        raise ValueError(
+            "tie_word_embeddings=True is invalid for conversion: iGPT's head scores "
+            "vocab_size - 1 ids (untied)"
         )
     return IGPTConfig(
-        dim=hf_config.n_embd,
-        depth=hf_config.n_layer,
-        heads=hf_config.n_head,
-        ffn_dim=hf_config.n_inner or 4 * hf_config.n_embd,
-        activation=activation,
+        **gpt2_style_fields(hf_config, "iGPT"),
         norm="rmsnorm",
-        norm_eps=float(hf_config.layer_norm_epsilon),
-        norm_first=True,
-        dropout=resid,
-        attn_dropout=float(hf_config.attn_pdrop),
         attention=attention,
-        position="learned",
-        qkv_bias=True,
         fused_qkv=fused_qkv,
-        init_std=float(hf_config.initializer_range),
-        vocab_size=hf_config.vocab_size,
-        max_positions=hf_config.n_positions,
         tie_output=False,
-        final_norm=True,
         head=head,
         num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
     )
