@@ -154,16 +154,18 @@ def fbank(
     x = waveform.to(dtype)
     if sample_rate != SAMPLE_RATE:
         x = resample(x, sample_rate, SAMPLE_RATE)
+    fb = _filters(n_mels, n_fft, SAMPLE_RATE, f_min, f_max)  # (n_mels, n_fft // 2 + 1)
+    w = _window(window, FRAME_LENGTH).to(dtype=dtype, device=x.device)
     frames = frame(x)  # (..., T, 400), step 1
+    if frames.shape[-2] == 0:  # fewer than 400 samples (an empty FFT is an error in MKL)
+        return x.new_zeros(*x.shape[:-1], 0, int(n_mels))
     if remove_dc:
         frames = frames - frames.mean(dim=-1, keepdim=True)  # step 2
     if preemphasis:
         previous = torch.cat([frames[..., :1], frames[..., :-1]], dim=-1)
         frames = frames - preemphasis * previous  # step 3
-    w = _window(window, FRAME_LENGTH).to(dtype=dtype, device=x.device)
     spectrum = torch.fft.rfft(frames * w, n=n_fft)  # steps 4-5: (..., T, n_fft // 2 + 1)
     power = spectrum.real.square() + spectrum.imag.square()
-    fb = _filters(n_mels, n_fft, SAMPLE_RATE, f_min, f_max)
     energies = power @ fb.to(dtype=dtype, device=x.device).T  # step 6: (..., T, n_mels)
     return torch.log(torch.clamp(energies, min=floor))  # step 7
 
