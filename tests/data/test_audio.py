@@ -526,6 +526,20 @@ def test_spec_augment_is_deterministic_and_batched():
         spec_augment(x, freq_width=-1)
 
 
+def test_spec_augment_leaves_the_padding_alone():
+    x = torch.randn(4, 60, 10, generator=torch.Generator().manual_seed(10)) + 10.0
+    lengths = torch.tensor([60, 30, 5, 0])
+    for seed in range(20):
+        y = spec_augment(x, freq_masks=0, time_masks=3, time_width=20, max_time_ratio=0.5, value="mean",
+                         lengths=lengths, generator=torch.Generator().manual_seed(seed))  # fmt: skip
+        for item, n in enumerate(lengths.tolist()):
+            assert torch.equal(y[item, n:], x[item, n:])
+            changed = (y[item, :n] != x[item, :n]).all(1)  # whole masked frames
+            assert sum(masked_runs(changed)) <= 3 * min(20, n // 2)
+    with pytest.raises(ValueError, match="lengths must give"):
+        spec_augment(x, lengths=[60, 61, 1, 1])
+
+
 # --------------------------------------------------------------------------------- frame labels
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -41,6 +42,7 @@ def spec_augment(
     time_width: int = 40,
     max_time_ratio: float = 0.2,
     value: float | str = 0.0,
+    lengths: Sequence[int] | torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """SpecAugment's masks (Park et al. 2019, without time warping): features (T, n_mels) or
@@ -50,7 +52,9 @@ def spec_augment(
     [f0, f0 + f) set to ``value``; ``time_masks`` times: t ~ U{0..T'} with
     T' = min(``time_width``, floor(``max_time_ratio`` * T)) (Park's upper bound p), t0 ~
     U{0..T - t}, frames [t0, t0 + t) set to ``value``. ``value`` 0 suits normalised features
-    (their mean); ``"mean"`` uses each utterance's mean. Deterministic under ``generator``.
+    (their mean); ``"mean"`` uses each utterance's mean. ``lengths`` (B,): a padded batch's
+    real frame counts; T is then each utterance's own length, so masks and means never touch
+    the padding. Deterministic under ``generator``.
     """
     for name, count in (("freq_masks", freq_masks), ("freq_width", freq_width),
                         ("time_masks", time_masks), ("time_width", time_width)):  # fmt: skip
@@ -66,13 +70,25 @@ def spec_augment(
         )
     out = features.clone()
     batch = out if out.dim() == 3 else out[None]
+    if lengths is None:
+        sizes = [batch.shape[1]] * batch.shape[0]
+    else:
+        sizes = [
+            int(n) for n in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)
+        ]
+        if len(sizes) != batch.shape[0] or any(not 0 <= n <= batch.shape[1] for n in sizes):
+            raise ValueError(
+                f"spec_augment: lengths must give 0..{batch.shape[1]} frames for each of the "
+                f"{batch.shape[0]} utterances, got {sizes}"
+            )
 
     def draw(high: int) -> int:  # U{0..high}
         return int(torch.randint(0, high + 1, (1,), generator=generator))
 
-    for x in batch:  # (T, n_mels) views into out
-        frames, bands = x.shape
-        fill = x.mean() if value == "mean" else value
+    for x, frames in zip(batch, sizes, strict=True):
+        x = x[:frames]  # (T, n_mels): a view into out, the padding left alone
+        bands = x.shape[1]
+        fill = (x.mean() if frames else 0.0) if value == "mean" else value
         for _ in range(freq_masks):
             f = draw(min(freq_width, bands))
             f0 = draw(bands - f)
