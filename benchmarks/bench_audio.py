@@ -68,7 +68,10 @@ def main() -> None:
         for i in range(args.files):
             paths.append(Path(tmp) / f"{i}.wav")
             write_wav(
-                paths[-1], 0.1 * torch.randn(int(44100 * args.seconds_each), generator=g), 44100
+                paths[-1],
+                0.1 * torch.randn(int(44100 * args.seconds_each), generator=g),
+                44100,
+                durable=False,
             )
         t = time.perf_counter()
         for p in paths:

@@ -142,18 +142,22 @@ def test_load_audio_mixes_stereo_down(tmp_path: Path):
     np.testing.assert_allclose(mono.numpy(), (left + right) / 2 / 32768, atol=1e-7)
 
 
-def test_write_wav_round_trip(tmp_path: Path):
+def test_write_wav_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    written = []  # durable writes go through atomic_write_bytes (its fsyncs skipped here: slow)
+    monkeypatch.setattr(
+        "tfam.data.audio.wav.atomic_write_bytes",
+        lambda p, data: written.append(p) or Path(p).write_bytes(data),
+    )
     x = torch.from_numpy(np.stack([CODES, CODES[::-1].copy()]) / 32768).float()
     write_wav(tmp_path / "out.wav", x, 8000)
+    assert written == [tmp_path / "out.wav"]
     back, rate = read_wav(tmp_path / "out.wav")
     assert rate == 8000
-    torch.testing.assert_close(
-        back, x, rtol=0, atol=0
-    )  # codes on the 16-bit grid come back exactly
-    write_wav(tmp_path / "clip.wav", torch.tensor([2.0, -2.0, 0.5]), 16000)  # clipped, not wrapped
-    torch.testing.assert_close(
-        read_wav(tmp_path / "clip.wav")[0][0], torch.tensor([32767 / 32768, -1.0, 0.5])
-    )
+    torch.testing.assert_close(back, x, rtol=0, atol=0)  # codes on the 16-bit grid: exact
+    write_wav(tmp_path / "clip.wav", torch.tensor([2.0, -2.0, 0.5]), 16000, durable=False)
+    assert len(written) == 1
+    clipped = torch.tensor([32767 / 32768, -1.0, 0.5])  # clipped, not wrapped round
+    torch.testing.assert_close(read_wav(tmp_path / "clip.wav")[0][0], clipped)
 
 
 def test_reader_agrees_with_scipy(tmp_path: Path):
@@ -181,7 +185,7 @@ def test_reader_agrees_with_scipy(tmp_path: Path):
         waveform, rate = read_wav(tmp_path / "s.wav")
         assert rate == 11025
         np.testing.assert_allclose(waveform.numpy().T, expected, rtol=1e-6, atol=1e-7)
-    write_wav(tmp_path / "mine.wav", torch.tensor([0.25, -0.5]), 16000)
+    write_wav(tmp_path / "mine.wav", torch.tensor([0.25, -0.5]), 16000, durable=False)
     rate, data = wavfile.read(tmp_path / "mine.wav")
     assert rate == 16000 and data.tolist() == [8192, -16384]
 

@@ -57,12 +57,12 @@ def _direct(
     """The same sum evaluated at each output time (no polyphase bank): x (N, S) -> (N, out_len)."""
     base = min(orig, new) * rolloff
     half = math.ceil(lowpass_filter_width * orig / base)  # input samples each side
-    taps = torch.arange(-half, half + 2, dtype=torch.float64)
+    taps = torch.arange(-half, half + 2, dtype=torch.float64, device=x.device)
     out = []
     chunk = max(1, 65536 // taps.numel())
     padded = F.pad(x, (half + 1, half + 2))
     for start in range(0, out_len, chunk):
-        n = torch.arange(start, min(out_len, start + chunk), dtype=torch.float64)
+        n = torch.arange(start, min(out_len, start + chunk), dtype=torch.float64, device=x.device)
         centre = torch.floor(n * orig / new)  # the input sample at or before n / r_out
         k = centre[:, None] + taps[None]  # (n, taps) input indices
         t = (base * (k / orig - n[:, None] / new)).clamp_(

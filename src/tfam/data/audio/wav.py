@@ -168,10 +168,12 @@ def read_wav(path: str | os.PathLike) -> tuple[torch.Tensor, int]:
     return torch.from_numpy(samples), int(rate)
 
 
-def write_wav(path: str | os.PathLike, waveform: torch.Tensor, sample_rate: int) -> None:
+def write_wav(
+    path: str | os.PathLike, waveform: torch.Tensor, sample_rate: int, *, durable: bool = True
+) -> None:
     """Write ``waveform`` ((samples,) or (channels, samples), floats in [-1, 1]) as a 16-bit PCM
     WAV at ``sample_rate``: round(x * 32768) clipped to [-32768, 32767]. Written atomically
-    (temporary file, fsync, rename)."""
+    (temporary file, fsync, rename); ``durable=False`` skips the fsyncs (many scratch files)."""
     x = torch.as_tensor(waveform).detach().to("cpu", torch.float64)
     if x.dim() == 1:
         x = x[None]
@@ -190,7 +192,10 @@ def write_wav(path: str | os.PathLike, waveform: torch.Tensor, sample_rate: int)
         w.setsampwidth(2)
         w.setframerate(int(sample_rate))
         w.writeframes(pcm.T.contiguous().numpy().astype("<i2").tobytes())
-    atomic_write_bytes(path, buffer.getvalue())
+    if durable:
+        atomic_write_bytes(path, buffer.getvalue())
+    else:
+        Path(path).write_bytes(buffer.getvalue())
 
 
 def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> torch.Tensor:
