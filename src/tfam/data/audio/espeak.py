@@ -21,7 +21,10 @@ between words are not inside any word. Phonemes belong to the word whose WORD ev
 them. Boundaries are converted to the output rate by ``round(s * 16000 / 22050)``.
 
 The library is process-global and not re-entrant: every call holds one lock, and the engine
-is initialised once per process.
+is initialised once per process. It keeps waveform state between calls (the voice's flutter
+index and the glottal phase; no API resets them), so the same call gives the same audio only
+after the same sequence of calls: a fresh process that makes the same calls is reproducible to
+the sample, a repeated call may differ from the first by a few samples.
 """
 
 from __future__ import annotations
@@ -151,6 +154,8 @@ class _Engine:
             ctypes.c_void_p,
         ]
         lib.espeak_Synth.restype = ctypes.c_int
+        lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
+        lib.espeak_ng_SetRandSeed.restype = None
         rate = lib.espeak_Initialize(
             _AUDIO_OUTPUT_SYNCHRONOUS, 0, str(data).encode(), _INITIALIZE_PHONEME_EVENTS
         )
@@ -232,6 +237,7 @@ def synthesize(
             lib.espeak_SetParameter(parameter, value, 0)
         lib.espeak_SetParameter(_WORDGAP, word_gap, 0)
         engine.chunks, engine.events = [], []
+        lib.espeak_ng_SetRandSeed(0)  # the engine's own random numbers, fixed
         status = lib.espeak_Synth(
             encoded, len(encoded) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None
         )

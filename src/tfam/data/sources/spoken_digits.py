@@ -36,7 +36,10 @@ written atomically): ``audio.npy`` (every utterance's int16 samples, one after a
 ``utterances.jsonl`` (one line per utterance: offset, length, digits, voice, settings, segments)
 and ``manifest.json`` (the settings, counts, hours, build time, and the sha256 of both files;
 written last, so its presence means a complete build). Loading verifies the checksums once per
-process; a mismatch or other settings rebuild it, saying why in one line.
+process; a mismatch or other settings rebuild it, saying why in one line. A build in a fresh
+process is reproducible to the byte; one in a process that has already synthesised speech may
+differ by a few samples per utterance (eSpeak keeps waveform state between calls, see
+:mod:`tfam.data.audio.espeak`), and its manifest then holds its own checksums.
 """
 
 from __future__ import annotations
@@ -233,16 +236,8 @@ def _make_utterance(index: int, voice: str, k: int, settings: dict) -> tuple[np.
     snr_db = SNR_LEVELS[(k + _snr_offset(voice)) % len(SNR_LEVELS)]
     colour = None
     if snr_db is not None:
-        from tfam.data.audio import mix_at_snr
-
         colour = NOISE_COLOURS[int(rng.integers(0, len(NOISE_COLOURS)))]
-        noise = _noise(len(audio), colour, rng)
-        mixed = mix_at_snr(torch.from_numpy(audio), torch.from_numpy(noise), snr_db)
-        audio = mixed.numpy().astype(np.float64)
-        peak = np.abs(audio).max()
-        if peak > 0.99:  # scaling both together keeps the SNR
-            audio *= 0.99 / peak
-    pcm = np.clip(np.round(audio * 32767), -32768, 32767).astype(np.int16)
+        audio = _add_noise(audio, snr_db, colour, rng)
     meta = {
         "id": f"sd{index:06d}",
         "digits": digits,
@@ -256,7 +251,24 @@ def _make_utterance(index: int, voice: str, k: int, settings: dict) -> tuple[np.
             [p.start + lead, p.end + lead, _phoneme_label(language, p.label)] for p in s.phonemes
         ],
     }
-    return pcm, meta
+    return _to_pcm(audio), meta
+
+
+def _add_noise(
+    audio: np.ndarray, snr_db: float, colour: str, rng: np.random.Generator
+) -> np.ndarray:
+    """``audio`` (samples,) float64 with ``colour`` noise at ``snr_db`` (mix_at_snr), scaled
+    down together when the sum would clip (which keeps the ratio)."""
+    from tfam.data.audio import mix_at_snr
+
+    noise = _noise(len(audio), colour, rng)
+    mixed = mix_at_snr(torch.from_numpy(audio), torch.from_numpy(noise), snr_db).numpy()
+    peak = np.abs(mixed).max()
+    return mixed * (0.99 / peak) if peak > 0.99 else mixed
+
+
+def _to_pcm(audio: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(audio * 32767), -32768, 32767).astype(np.int16)
 
 
 def _snr_offset(voice: str) -> int:
