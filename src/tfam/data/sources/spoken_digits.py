@@ -365,7 +365,10 @@ def _build(root: Path, settings: dict, progress: bool) -> None:
             bar.close()
     _assign_speaker_splits(metas, settings)
     buffer = io.BytesIO()
-    np.save(buffer, np.concatenate(chunks), allow_pickle=False)
+    pcm = np.concatenate(chunks)
+    chunks.clear()  # one copy of the audio at a time, besides the file's bytes
+    np.save(buffer, pcm, allow_pickle=False)
+    del pcm
     root.mkdir(parents=True, exist_ok=True)
     (root / _MANIFEST_FILE).unlink(missing_ok=True)  # no manifest = no complete build
     atomic_write_bytes(root / _AUDIO_FILE, buffer.getvalue())
