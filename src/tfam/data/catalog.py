@@ -937,7 +937,7 @@ def _spoken_digits_for(entry: DatasetEntry, task: str, labels: str | None = None
     info = spoken_digits_info(task, labels)
 
     def loader(split: str, *, root: Any = None, seed: int = 0) -> Any:
-        return spoken_digits(split, task, labels)
+        return spoken_digits(split, task, labels, root=root)
 
     recipe = _SPEECH_RECIPES[task]
     return dataclasses.replace(
@@ -951,7 +951,9 @@ register_dataset(
         name="spoken-digits",
         task="frame-classification",
         info=spoken_digits_info("frame-classification", "word"),
-        loader=lambda split, root=None, seed=0: spoken_digits(split, "frame-classification"),
+        loader=lambda split, root=None, seed=0: spoken_digits(
+            split, "frame-classification", root=root
+        ),
         recipe=_SPEECH_RECIPES["frame-classification"],
         splits=("train", "val", "test"),
         train_split="train",

@@ -161,20 +161,26 @@ _SPOKEN_TASKS = {
     "utterance-classification": "speaker",
     "ctc": "transcribe",
 }
-_CACHE: dict[tuple[str, str], tuple[list[Any], list[Tensor]]] = {}
+_CACHE: dict[tuple[str, str, str], tuple[list[Any], list[Tensor], list[Any]]] = {}
 
 
-def _utterances(split: str, corpus_task: str, root: Any = None) -> tuple[list[Any], list[Tensor]]:
-    """The corpus's utterances of a split and their features, computed once per process."""
-    key = (split, corpus_task)
+def _utterances(
+    split: str, corpus_task: str, root: Any = None
+) -> tuple[list[Any], list[Tensor], list[Any]]:
+    """The corpus's utterances of a split, their features and (tag) their frame labels (words,
+    phonemes), computed once per process; the samples are then dropped (the features hold what
+    training needs)."""
+    key = (split, corpus_task, str(root))
     if key not in _CACHE:
         from tfam.data.sources.spoken_digits import load_split
 
         utts = load_split(split, corpus_task, root=root)
         feats = [features_of(u.audio) for u in utts]
-        for u in utts:  # the features hold what is needed; the samples need not stay
+        frames = [(u.frame_words(), u.frame_phonemes()) if corpus_task == "tag" else None
+                  for u in utts]  # fmt: skip
+        for u in utts:
             u.audio = u.audio[:0]
-        _CACHE[key] = (utts, feats)
+        _CACHE[key] = (utts, feats, frames)
     return _CACHE[key]
 
 
@@ -223,7 +229,7 @@ def spoken_digits(
     """A split ("train", "val", "test") of the spoken digits for a speech task, features
     cached in memory; the training split is augmented (SpecAugment)."""
     info = spoken_digits_info(task, labels, root)
-    utts, feats = _utterances(split, _SPOKEN_TASKS[task], root)
+    utts, feats, frames = _utterances(split, _SPOKEN_TASKS[task], root)
     if task == "utterance-classification":
         index = {v: i for i, v in enumerate(info.classes)}
         targets: list[Any] = [index[u.voice] for u in utts]
@@ -232,8 +238,8 @@ def spoken_digits(
     else:
         index = {c: i for i, c in enumerate(info.classes)}
         targets = []
-        for u, f in zip(utts, feats, strict=True):
-            names = u.frame_words() if info.labels == "word" else u.frame_phonemes()
+        for u, f, (words, phonemes) in zip(utts, feats, frames, strict=True):
+            names = words if info.labels == "word" else phonemes
             ids = torch.tensor([index[n] for n in names], dtype=torch.int64)
             if ids.shape[0] != f.shape[0]:
                 raise ValueError(
