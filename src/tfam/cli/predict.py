@@ -29,6 +29,8 @@ EPILOG = """examples:
   tfam predict runs/kjv-rv "And God saw the light."     a seq2seq run: its translation
   tfam predict runs/sentiment "A fine, moving film."    a BERT sentence classifier: classes
   tfam predict runs/pos "Ali eve geldi ." --tags        a BERT tagger: one tag per word
+  tfam predict runs/spoken-digits my_digits.wav         a speech run: its classes, transcript,
+                                                        or the labelled segments with times
 
 Text runs need the tokenizer.json and labels.json (class names) that `tfam train` writes. A
 tagger splits the sentence into words as BERT does (at spaces and punctuation) and gives each
@@ -85,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         return _translate(args)
     if getattr(source.model_class, "inputs", "") == "tokens":
         return predict_text(args)
+    if getattr(source.model_class, "inputs", "") == "audio":
+        return predict_audio(args, source)
     if args.tags:
         raise ValueError(f"--tags is for a tagger; {args.dir} holds an image classifier")
     device = device_from(args)
@@ -111,6 +115,77 @@ def run(args: argparse.Namespace) -> int:
         for rank, (p, c) in enumerate(zip(vals, idx), start=1):
             print(f"  {rank}. {pre.classes[c]:<{width}}  {p:.4f}")
         if n + 1 < len(inputs):
+            print()
+    return 0
+
+
+def _segments(labels: Sequence[str], min_frames: int = 3) -> list[tuple[float, float, str]]:
+    """Frame labels (one per 10 ms frame) -> (start s, end s, label) runs of one label, runs
+    shorter than ``min_frames`` merged into the run before them (a label flickering for a
+    frame or two is noise, not a word), silence left out."""
+    runs: list[list[Any]] = []
+    for t, label in enumerate(labels):
+        if runs and runs[-1][2] == label:
+            runs[-1][1] = t + 1
+        else:
+            runs.append([t, t + 1, label])
+    merged: list[list[Any]] = []
+    for run in runs:
+        if merged and (run[1] - run[0] < min_frames or merged[-1][2] == run[2]):
+            merged[-1][1] = run[1]
+        else:
+            merged.append(run)
+    # Frame t covers [10 t, 10 t + 25) ms: a run of frames a..b spans 10 a .. 10 b + 15 ms.
+    return [(a / 100, b / 100 + 0.015, lab) for a, b, lab in merged if lab != "sil"]
+
+
+def predict_audio(args: argparse.Namespace, source: Any) -> int:
+    """A speech run: for each WAV file its top classes (utterance labels), its transcript
+    (CTC) or its labelled segments with times (frame labels); a file that is not audio, or
+    is empty or silent, is one error line naming it (read before any output)."""
+    import json
+
+    import torch
+
+    from tfam.data.audio import load_audio
+    from tfam.data.sources.speech import SPEECH_FILE, features_of
+    from tfam.training.tasks.ctc import ctc_greedy
+
+    path = Path(args.dir) / SPEECH_FILE
+    if not path.is_file():
+        raise ValueError(f"{path} not found: a speech run keeps its labels there (tfam train)")
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    features = [features_of(load_audio(spec), int(meta.get("n_mels", 80))) for spec in args.images]
+    device = device_from(args)
+    model = source.load(device)
+    head = model.config.head
+    for n, (spec, x) in enumerate(zip(args.images, features, strict=True)):
+        with torch.inference_mode():
+            out = model(x[None].to(device)).float().cpu()[0]
+        seconds = x.shape[0] / 100
+        if head == "utterance":
+            classes = meta["classes"]
+            probs = out.softmax(dim=-1)
+            values, indices = probs.topk(min(args.top_k, probs.shape[-1]))
+            width = max(len(c) for c in classes)
+            print(f"{spec}  ({seconds:.2f} s)")
+            for rank, (p, c) in enumerate(zip(values.tolist(), indices.tolist()), start=1):
+                print(f"  {rank}. {classes[c]:<{width}}  {p:.4f}")
+        elif head == "ctc":
+            alphabet, sep = meta["alphabet"], meta.get("separator", "")
+            lengths = model.config.output_lengths(torch.tensor([x.shape[0]]))
+            ids = ctc_greedy(out[None], lengths)[0]
+            print(f"{spec}  ({seconds:.2f} s): {sep.join(alphabet[i - 1] for i in ids)!r}")
+        else:
+            classes = meta["classes"]
+            labels = [classes[i] for i in out[: x.shape[0]].argmax(dim=-1).tolist()]
+            segments = _segments(labels)
+            print(
+                f"{spec}  ({seconds:.2f} s): {len(segments)} segments of {meta.get('labels') or 'labels'}"
+            )
+            for start, end, label in segments:
+                print(f"  {start:6.2f} - {end:6.2f} s  {label}")
+        if n + 1 < len(features):
             print()
     return 0
 

@@ -49,6 +49,7 @@ _RUN_SETTINGS = (
     "flip",
     "no_augment",
     "threads",
+    "labels",
     *("teacher", "distillation", "distill_alpha", "distill_tau", "teacher_cache"),
 )
 # The distillation options, as the command line spells them.
@@ -111,6 +112,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the objective, where the data allows several (classify, tag, mlm, clm, "
         "translate; default: the data set's first, see below); without --data, a data set "
         "name: tfam train bert --task sentiment is --data sentiment",
+    )
+    p.add_argument(
+        "--labels",
+        default=None,
+        metavar="KIND",
+        help="spoken-digits --task tag: what each 10 ms frame is labelled with, word (the "
+        "digit or silence; default) or phoneme",
     )
     p.add_argument(
         "--data-root", metavar="DIR", default=None, help="where to look first for dataset files"
@@ -783,6 +791,9 @@ def run(args: argparse.Namespace) -> int:
             f"cannot resume: {out} holds a --task {theirs} run, this command asks for "
             f"--task {objective(task_name)}"
         )
+    # The data for this task (the spoken digits: splits, facts and recipe differ by task).
+    labels = args.labels if args.labels is not None else (saved or {}).get("labels")
+    entry = entry.for_task(task_name, labels=labels)
     settings = _settings(args, saved, entry)
     task_name, distill = _distillation(settings, task_name, entry)
     if settings["teacher"] is not None and Path(settings["teacher"]).expanduser().is_dir():

@@ -86,6 +86,7 @@ WIDTHS = (64, 96, 128, 192, 256, 384)
 IMAGE_TASKS = ("image-classification",)
 CLASSIFIER_TASKS = (
     "image-classification",
+    "utterance-classification",
     "image-distillation",
     "sequence-classification",
     "token-classification",
@@ -517,8 +518,29 @@ def size_igpt(info: Any, train_size: int, given: Mapping[str, Any], task: str) -
     return FamilySizing(model, None, reasons, width)
 
 
-# The sizer of each vision family, by its config's ``family``.
+def size_speech(info: Any, train_size: int, given: Mapping[str, Any], task: str) -> FamilySizing:
+    """The speech encoder for the user's audio (a SpeechInfo): width and depth from the number
+    of utterances (as ViT's from images: a few hundred clips learn with a narrow, shallow
+    model), 2x subsampling (20 ms output frames: a spoken word spans 10-40 of them), local
+    attention of 16 output frames (320 ms) on each side, 4x subsampling for utterance labels,
+    which read the mean of the frames only."""
+    width, depth = (64, 2) if train_size < 500 else (96, 3) if train_size < 5_000 else (144, 4)
+    width = int(given.get("dim", width))
+    depth = int(given.get("depth", depth))
+    heads = int(given.get("heads", _heads(width, 32)))
+    subsampling = int(given.get("subsampling", 4 if task == "utterance-classification" else 2))
+    model = {"dim": width, "depth": depth, "heads": heads, "ffn_dim": 4 * width,
+             "subsampling": subsampling, "dropout": 0.1}  # fmt: skip
+    reasons = (
+        f"{train_size} utterances -> width {width}, {depth} blocks, {heads} heads, "
+        f"{subsampling}x subsampling, local attention +-16 frames",
+    )
+    return FamilySizing(model, None, reasons, width)
+
+
+# The sizer of each vision family (and of the speech encoder), by its config's ``family``.
 SIZERS: dict[str, Sizer] = {
+    "speech": size_speech,
     "vit": _vit_sizer,
     "deit": size_deit,
     "cnn": size_cnn,
