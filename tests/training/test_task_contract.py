@@ -101,6 +101,39 @@ def pairs(model: tfam.models.TfamModel, g: torch.Generator) -> Tiny:
     return Tiny(rows, pad_token_id=c.pad_token_id, eos_token_id=c.eos_token_id)
 
 
+def frames(model: tfam.models.TfamModel, g: torch.Generator) -> Tiny:
+    c = model.config
+    rows = [
+        (
+            torch.randn(n + 4, c.n_mels, generator=g),
+            torch.randint(0, c.num_labels, (n + 4,), generator=g),
+        )
+        for n in LENGTHS
+    ]
+    return Tiny(rows)
+
+
+def utterances(model: tfam.models.TfamModel, g: torch.Generator) -> Tiny:
+    c = model.config
+    rows = [
+        (torch.randn(n + 4, c.n_mels, generator=g), i % c.num_labels) for i, n in enumerate(LENGTHS)
+    ]
+    return Tiny(rows)
+
+
+def transcripts(model: tfam.models.TfamModel, g: torch.Generator) -> Tiny:
+    """Utterances of 4n + 8 frames, each with n symbols of 1..K-1 (0 is the CTC blank)."""
+    c = model.config
+    rows = [
+        (
+            torch.randn(4 * n + 8, c.n_mels, generator=g),
+            torch.randint(1, c.num_labels, (n,), generator=g),
+        )
+        for n in LENGTHS
+    ]
+    return Tiny(rows, alphabet=[f"s{i}" for i in range(1, c.num_labels)], separator=" ")
+
+
 # The kind of dataset each task learns from (a task without an entry uses its base class's).
 DATASETS: dict[str, Callable[[tfam.models.TfamModel, torch.Generator], Tiny]] = {
     "image-classification": images,
@@ -109,6 +142,9 @@ DATASETS: dict[str, Callable[[tfam.models.TfamModel, torch.Generator], Tiny]] = 
     "causal-lm": text,
     "masked-lm": masked_text,
     "seq2seq": pairs,
+    "frame-classification": frames,
+    "utterance-classification": utterances,
+    "ctc": transcripts,
 }
 
 

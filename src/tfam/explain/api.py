@@ -20,7 +20,12 @@ from tfam.models.base import CONFIG_NAME, MODEL_CLASSES, TfamModel
 
 # One element of the batch, for the totals line ("FLOPs per sequence"), by what the model reads
 # (``TfamModel.inputs``); a family explainer may name its own in ``sample``.
-SAMPLES = {"image": "image", "tokens": "sequence", "token-pairs": "source-target pair"}
+SAMPLES = {
+    "image": "image",
+    "tokens": "sequence",
+    "token-pairs": "source-target pair",
+    "audio": "utterance",
+}
 
 
 def forms_weights(module: nn.Module) -> bool:

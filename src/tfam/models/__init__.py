@@ -18,6 +18,7 @@ from tfam.models.registry import (
     load_pretrained,
     register_pretrained,
 )
+from tfam.models.speech import Speech, SpeechConfig
 from tfam.models.swin import Swin, SwinConfig
 from tfam.models.transformer import Transformer, TransformerConfig
 from tfam.models.vit import ViT, ViTConfig
@@ -36,6 +37,8 @@ __all__ = [
     "IGPTConfig",
     "MODEL_CLASSES",
     "PRESETS",
+    "Speech",
+    "SpeechConfig",
     "Swin",
     "SwinConfig",
     "TfamModel",

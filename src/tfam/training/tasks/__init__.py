@@ -36,7 +36,9 @@ catalog's task name: ``task_for(name, dataset)`` (``TASKS[name].for_dataset(data
 images (:class:`ImageClassification`), one label per token (:class:`TokenClassification`) or
 per sequence (:class:`SequenceClassification`), next-token prediction (:class:`CausalLM`),
 BERT's masked tokens (:class:`MaskedLM`, masking by :func:`mask_tokens`), sequence to
-sequence (:class:`Seq2Seq`) and images with a teacher (:class:`ImageDistillation`, DeiT's
+sequence (:class:`Seq2Seq`), audio frames (:class:`FrameClassification`, a label per 10 ms
+frame; :class:`UtteranceClassification`, one per utterance; :class:`CTC`, transcription) and
+images with a teacher (:class:`ImageDistillation`, DeiT's
 distillation token; its teacher is an option of ``task_for``). Token and sequence tasks count nothing where a label is -100 (padding), so padding never changes a loss or a metric.
 """
 
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfam.training.tasks.audio import FrameClassification, UtteranceClassification
 from tfam.training.tasks.base import (
     IGNORE_INDEX,
     TASKS,
@@ -58,6 +61,7 @@ from tfam.training.tasks.base import (
     token_cross_entropy,
 )
 from tfam.training.tasks.causal_lm import CAUSAL_UNITS, CausalLM
+from tfam.training.tasks.ctc import CTC
 from tfam.training.tasks.distillation import ImageDistillation, distillation_loss
 from tfam.training.tasks.image_classification import ImageClassification
 from tfam.training.tasks.masked_lm import MLM_PROBABILITY, MaskedLM, mask_tokens
@@ -67,6 +71,7 @@ from tfam.training.tasks.token_classification import TokenClassification
 
 __all__ = [
     "CAUSAL_UNITS",
+    "CTC",
     "IGNORE_INDEX",
     "MLM_PROBABILITY",
     "TASKS",
@@ -75,6 +80,7 @@ __all__ = [
     "Batch",
     "CausalLM",
     "CrossEntropyTask",
+    "FrameClassification",
     "ImageClassification",
     "ImageDistillation",
     "MaskedLM",
@@ -83,6 +89,7 @@ __all__ = [
     "Task",
     "TokenClassification",
     "TokenTask",
+    "UtteranceClassification",
     "batch_length",
     "distillation_loss",
     "mask_tokens",
