@@ -16,7 +16,8 @@ at --compare frames (3,000 = a 30-second utterance) `local`'s peak as a fraction
 dense kernel's (target <= 0.3).
 
     python benchmarks/bench_speech_memory.py [--lengths 500,1000,2000,4000,8000] \
-        [--compare 3000] [--dense math,sdpa] [--dense-max 8000] [--threads 2] [--out FILE]
+        [--compare 3000] [--dense math,sdpa] [--dense-max 8000] [--threads 2] [--out FILE] \
+        [--set subsampling=1]   # another model: any config field, JSON value
     python benchmarks/bench_speech_memory.py --tiny       # seconds: a check that it runs
 """
 
@@ -165,6 +166,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--budget", type=float, default=60.0, help="seconds a point times")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a point may run")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="a config field of the model, e.g. --set subsampling=1 (repeatable)",
+    )
     parser.add_argument("--tiny", action="store_true", help="a tiny model and lengths")
     parser.add_argument("--out", help="write the points and slopes as JSON")
     args = parser.parse_args()
@@ -177,6 +185,9 @@ def main() -> None:
         overrides = {"dim": 16, "heads": 2, "depth": 1, "ffn_dim": 32,
                      "attention_options": {"window": 4}}  # fmt: skip
         lengths, args.compare, args.repeat = [100, 200, 400], 200, 1
+    for item in args.set:
+        field, _, value = item.partition("=")
+        overrides[field] = json.loads(value)
     dense = [k for k in args.dense.split(",") if k]
     base = {"preset": args.preset, "overrides": overrides, "threads": args.threads,
             "repeat": args.repeat, "budget": args.budget}  # fmt: skip
