@@ -359,3 +359,29 @@ def test_vit_with_a_patch_neighbourhood() -> None:
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     model.set_attention("math")
     assert not torch.allclose(model(x), out)  # the neighbourhood changed what was computed
+
+
+def test_a_plan_made_in_inference_mode_trains() -> None:
+    """Evaluation under inference_mode builds (and caches) the plan for a length; a training
+    step at the same length must still save what backward needs."""
+    kernel = build_kernel("local", {"window": 2})
+    q, k, v = (torch.randn(1, 2, 37, 4) for _ in range(3))
+    with torch.inference_mode():
+        kernel(q, k, v)
+    q.requires_grad_(True)
+    out, _ = kernel(q, k, v)
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+@pytest.mark.parametrize("name", ["performer", "local"])
+def test_kernel_state_made_in_inference_mode_trains(name: str) -> None:
+    """What a kernel keeps from its first call (local's plan, performer's random features)
+    is never an inference tensor: a model evaluated first still trains."""
+    kernel = build_kernel(name, {})
+    q, k, v = (torch.randn(1, 2, 21, 4) for _ in range(3))
+    with torch.inference_mode():
+        kernel(q, k, v)
+    q.requires_grad_(True)
+    kernel(q, k, v)[0].sum().backward()
+    assert torch.isfinite(q.grad).all()

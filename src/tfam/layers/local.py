@@ -124,15 +124,19 @@ class _Plan:
     def additive(self, i: int, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
         """Block kind ``i``'s pattern as (0 / -inf (G, T, S), alive (G, T, 1) or None)."""
         if (i, dtype) not in self._additive:
-            allowed = self.blocks[i][2]
-            dead = ~allowed.any(dim=-1, keepdim=True)
-            neg = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-            neg = neg.masked_fill(~allowed & ~dead, float("-inf"))
-            # On the meta device (explain's trace) nothing can be read: keep the factor.
-            meta = allowed.device.type == "meta"
-            alive = (~dead).to(dtype) if meta or bool(dead.any()) else None
-            self._additive[(i, dtype)] = (neg, alive)
+            with torch.inference_mode(False):  # cached: training reuses it (see _plan)
+                self._additive[(i, dtype)] = self._make_additive(i, dtype)
         return self._additive[(i, dtype)]
+
+    def _make_additive(self, i: int, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+        allowed = self.blocks[i][2]
+        dead = ~allowed.any(dim=-1, keepdim=True)
+        neg = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        neg = neg.masked_fill(~allowed & ~dead, float("-inf"))
+        # On the meta device (explain's trace) nothing can be read: keep the factor.
+        meta = allowed.device.type == "meta"
+        alive = (~dead).to(dtype) if meta or bool(dead.any()) else None
+        return neg, alive
 
 
 def _band(start: Tensor, count: int, reach_lo: int, reach_hi: int, total: int) -> Tensor:
@@ -198,7 +202,16 @@ def _blocks_2d(layout: _Layout, lq: int, lk: int, causal: bool) -> tuple[Tensor,
 
 @functools.lru_cache(maxsize=8)
 def _plan(layout: _Layout, lq: int, lk: int, causal: bool, device: str) -> _Plan:
-    """The blocks for these lengths (built on the CPU, cached, moved to ``device``)."""
+    """The blocks for these lengths (built on the CPU, cached, moved to ``device``).
+
+    Built outside inference mode: a plan first made during evaluation (under
+    ``torch.inference_mode``) is reused by training steps of the same lengths, and inference
+    tensors cannot be saved for backward."""
+    with torch.inference_mode(False):
+        return _build_plan(layout, lq, lk, causal, device)
+
+
+def _build_plan(layout: _Layout, lq: int, lk: int, causal: bool, device: str) -> _Plan:
     build = _blocks_1d if layout.grid is None else _blocks_2d
     qidx, kidx = build(layout, lq, lk, causal)
     keep = (qidx >= 0).any(dim=1)  # blocks with no query (before a cache's queries) go

@@ -104,9 +104,12 @@ class PerformerKernel(KernelizedKernel):
         w = self.projection
         # A meta stand-in (explain's trace) holds no rows: a real call draws them again.
         if w is None or w.shape[-1] != head_dim or (w.is_meta and device.type != "meta"):
-            gen = torch.Generator().manual_seed(self.options.seed)
-            w = orthogonal_features(self.options.features, head_dim, gen)
-            self.projection = w.to(device=device, dtype=torch.promote_types(dtype, torch.float32))
+            # Kept for later calls: never an inference tensor, which training could not save.
+            with torch.inference_mode(False):
+                gen = torch.Generator().manual_seed(self.options.seed)
+                w = orthogonal_features(self.options.features, head_dim, gen)
+                w = w.to(device=device, dtype=torch.promote_types(dtype, torch.float32))
+            self.projection = w
         return w.to(device=device, dtype=dtype)
 
     def feature_maps(self, q: Tensor, k: Tensor, scale: float | None) -> tuple[Tensor, Tensor]:
