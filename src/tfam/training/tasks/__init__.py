@@ -36,7 +36,8 @@ catalog's task name: ``task_for(name, dataset)`` (``TASKS[name].for_dataset(data
 images (:class:`ImageClassification`), one label per token (:class:`TokenClassification`) or
 per sequence (:class:`SequenceClassification`), next-token prediction (:class:`CausalLM`),
 BERT's masked tokens (:class:`MaskedLM`, masking by :func:`mask_tokens`), sequence to
-sequence (:class:`Seq2Seq`) and images with a teacher (:class:`ImageDistillation`, DeiT's
+sequence (:class:`Seq2Seq`), graphs (:class:`NodeClassification`, :class:`GraphClassification`,
+:class:`GraphRegression`) and images with a teacher (:class:`ImageDistillation`, DeiT's
 distillation token; its teacher is an option of ``task_for``). Token and sequence tasks count nothing where a label is -100 (padding), so padding never changes a loss or a metric.
 """
 
@@ -59,6 +60,7 @@ from tfam.training.tasks.base import (
 )
 from tfam.training.tasks.causal_lm import CAUSAL_UNITS, CausalLM
 from tfam.training.tasks.distillation import ImageDistillation, distillation_loss
+from tfam.training.tasks.graphs import GraphClassification, GraphRegression, NodeClassification
 from tfam.training.tasks.image_classification import ImageClassification
 from tfam.training.tasks.masked_lm import MLM_PROBABILITY, MaskedLM, mask_tokens
 from tfam.training.tasks.seq2seq import Seq2Seq
@@ -75,9 +77,12 @@ __all__ = [
     "Batch",
     "CausalLM",
     "CrossEntropyTask",
+    "GraphClassification",
+    "GraphRegression",
     "ImageClassification",
     "ImageDistillation",
     "MaskedLM",
+    "NodeClassification",
     "Seq2Seq",
     "SequenceClassification",
     "Task",
