@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "GRAPH_FILE",
     "UNLABELLED",
     "Graph",
     "GraphDataset",
@@ -25,6 +26,7 @@ __all__ = [
     "target_stats",
 ]
 
+GRAPH_FILE = "graph.json"  # what a graph run's inputs are (see GraphDataset.run_files)
 UNLABELLED = -100  # a node no loss or metric counts (the tasks' IGNORE_INDEX)
 
 
@@ -90,6 +92,7 @@ class GraphInfo:
         description: str,
         facts: Callable[[], dict[str, Any]] | dict[str, Any] | None = None,
         unit: str = "",
+        inputs: str = "smiles",
     ) -> None:
         self.name = name
         self.in_features = int(in_features)
@@ -98,6 +101,7 @@ class GraphInfo:
         self.head = head
         self.description = description
         self.unit = unit
+        self.inputs = inputs  # "smiles" (molecules) or "nodes" (one graph's nodes by index)
         self._facts_fn = facts
         self._cached: dict[str, Any] | None = None
 
@@ -164,6 +168,20 @@ class GraphDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Graph:
         return self.graphs[i]
+
+    def run_files(self) -> dict[str, dict[str, Any]]:
+        """The JSON file a run trained on these graphs keeps beside its model, graph.json: the
+        data set, what its inputs are ("smiles": molecules typed by the user; "nodes": one
+        graph, whose nodes are asked by index), the head, classes and unit."""
+        return {
+            GRAPH_FILE: {
+                "data": self.info.name,
+                "inputs": self.info.inputs,
+                "head": self.head,
+                "classes": list(self.classes),
+                "unit": self.unit,
+            }
+        }
 
     def __repr__(self) -> str:
         return f"GraphDataset({self.info.name!r}, {self.split!r}, {len(self)} graphs)"

@@ -292,6 +292,7 @@ def _read_edge_list(path: Path, label_column: str | None, seed: int) -> GraphFil
             "test (seeded)"
         ),
         facts={"train_size": 1, "test_size": 1},
+        inputs="nodes",
     )
     splits = {}
     for split, members in chosen.items():

@@ -35,6 +35,7 @@ KARATE_INFO = GraphInfo(
         "scored on the other 30"
     ),
     facts={"train_size": 1, "test_size": 1},
+    inputs="nodes",
 )
 
 
