@@ -13,6 +13,7 @@ from tfam.layers.conv import (
     ConvSpec,
     ConvStem,
 )
+from tfam.layers.edges import EdgesKernel, edge_attention
 from tfam.layers.embedding import PatchEmbed
 from tfam.layers.feedforward import FeedForward
 from tfam.layers.flex import FlexKernel, flex_call
@@ -26,7 +27,15 @@ from tfam.layers.kernels import (
 from tfam.layers.linear_attention import LinearKernel, RunningSums, linear_attention
 from tfam.layers.local import LocalKernel, local_attention
 from tfam.layers.lsh import LSHKernel, lsh_attention
-from tfam.layers.masks import causal_mask, combine, pad_token_mask, padding_mask, window_mask
+from tfam.layers.masks import (
+    GraphMask,
+    causal_mask,
+    combine,
+    graph_mask,
+    pad_token_mask,
+    padding_mask,
+    window_mask,
+)
 from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
 from tfam.layers.performer import PerformerKernel
 from tfam.layers.position import (
@@ -73,10 +82,12 @@ __all__ = [
     "CrossKV",
     "DecoderBlock",
     "DropPath",
+    "EdgesKernel",
     "EncoderBlock",
     "FeedForward",
     "FlexKernel",
     "GeneratedPosition",
+    "GraphMask",
     "KVCache",
     "LinearKernel",
     "PerformerKernel",
@@ -104,7 +115,9 @@ __all__ = [
     "causal_mask",
     "chunked_attention",
     "combine",
+    "edge_attention",
     "flex_call",
+    "graph_mask",
     "local_attention",
     "lsh_attention",
     "make_norm",

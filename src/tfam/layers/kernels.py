@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tfam.config import ATTENTION_KERNELS, check_choice, config_error
-from tfam.layers.masks import causal_mask
+from tfam.layers.masks import GraphMask, causal_mask
 
 KERNELS = ATTENTION_KERNELS  # name -> AttentionKernel subclass
 
@@ -119,6 +119,9 @@ class AttentionKernel(nn.Module, ABC):
     exactness: ClassVar[str] = "exact"
     error_bound: ClassVar[float | None] = None
     refuses: ClassVar[dict[str, str]] = {}
+    # True for a kernel that reads a GraphMask's edge list itself (``edges``); every other
+    # kernel is handed its dense form by __call__.
+    reads_edges: ClassVar[bool] = False
 
     def __init_subclass__(cls, register: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -282,6 +285,23 @@ class AttentionKernel(nn.Module, ABC):
     def extra_repr(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.to_options().items())
         return f"{self.name!r}" + (f", {opts}" if opts else "")
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | GraphMask | None = None,
+        bias: Tensor | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The one place a :class:`~tfam.layers.masks.GraphMask` becomes a dense mask (B, 1,
+        N, N) and its per-edge bias a dense one (B, H, N, N), for every kernel that does not
+        read edge lists (``reads_edges``), whatever its ``forward``."""
+        if isinstance(mask, GraphMask) and not self.reads_edges:
+            mask, bias = mask.dense_call(bias, q.shape[1])
+        return super().__call__(q, k, v, mask, bias, *args, **kwargs)
 
     def forward(
         self,

@@ -305,6 +305,14 @@ class GraphMask:
         )
         return out.permute(0, 3, 1, 2)
 
+    def dense_call(self, bias: Tensor | None, heads: int) -> tuple[Tensor, Tensor | None]:
+        """What a kernel that reads no edges is given instead: (:meth:`dense` (B, 1, N, N),
+        the caller's ``bias`` plus :meth:`dense_bias`, or either alone, or None)."""
+        own = self.dense_bias(heads, None if bias is None else bias.dtype)
+        if own is not None and bias is not None:
+            own = bias + own
+        return self.dense(), (bias if own is None else own)
+
     def __repr__(self) -> str:
         typed = ", typed" if self.types is not None else ""
         biased = f", bias {tuple(self.bias.shape)}" if self.bias is not None else ""
