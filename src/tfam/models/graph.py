@@ -64,7 +64,8 @@ class GraphConfig(BaseConfig):
     """The graph Transformer: node features -> linear embedding -> pre-norm encoder under the
     graph mask -> a head per node or per graph (see the module docstring).
 
-    ``in_features`` F; ``edge_types`` T (the data's edge types, ids 0..T-1; self-loops get
+    ``in_features`` F; ``num_labels`` the classes of a "node" or "graph" head (a "value"
+    head predicts one number whatever it says); ``edge_types`` T (the data's edge types, ids 0..T-1; self-loops get
     id T and virtual-node edges T + 1 in the bias table); ``edge_bias``: the learned per-head
     scalar per edge type; ``graph_mask``: attention only along edges (False: over every real
     node); ``readout`` for a graph head; ``target_shift``/``target_scale``: a value head's
@@ -109,10 +110,6 @@ class GraphConfig(BaseConfig):
         check_positive_int("max_nodes", self.max_nodes)
         if not self.target_scale > 0:
             raise config_error("target_scale", self.target_scale, "expected a number > 0")
-        if self.head == "value" and self.num_labels != 1:
-            raise config_error(
-                "num_labels", self.num_labels, "head='value' predicts one number: expected 1"
-            )
 
     @property
     def prefix(self) -> int:
@@ -301,10 +298,9 @@ class GraphTransformer(TfamModel):
         length = x.shape[1]
         x = self.position.add(x, TokenPositions(0, length), None)
         x = self.drop(x)
+        # A GraphMask goes to the kernel as it is: ``edges`` reads its edge list, every other
+        # kernel is handed its dense form (AttentionKernel.__call__).
         mask, bias = self._attention_inputs(edge_index, node_mask, edge_types, length)
-        if isinstance(mask, GraphMask) and not _stack_takes_graph_masks():
-            bias = mask.dense_bias(c.heads, x.dtype)
-            mask = mask.dense()
         x, weights = self.encoder(x, mask=mask, bias=bias, need_weights=return_attention)
         x = self.norm(x)
         features = self.readout(x, node_mask)
@@ -359,14 +355,6 @@ class GraphTransformer(TfamModel):
             edges[g, 0, : 2 * m], edges[g, 1, : 2 * m] = src, dst
             types[g, : 2 * m] = torch.arange(2 * m) % c.edge_types
         return nodes, edges, mask, types
-
-
-def _stack_takes_graph_masks() -> bool:
-    """Whether attention hands a GraphMask to its kernel itself (the edges helper's one
-    conversion point in ``AttentionKernel.__call__``); else the family makes it dense."""
-    from tfam.layers.kernels import AttentionKernel
-
-    return bool(getattr(AttentionKernel, "takes_graph_masks", False))
 
 
 def _graph(name: str, description: str, **values: Any) -> None:
