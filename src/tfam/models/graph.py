@@ -288,7 +288,6 @@ class GraphTransformer(TfamModel):
         "node" and "none", the graph's readout (B, D) for "graph" and "value"
         [, :class:`AttentionWeights`: "encoder", depth x (B, H, N', N'), N' = N (+ 1 with the
         virtual node, which is row and column 0)]."""
-        c = self.config
         nodes, edge_index, node_mask, edge_types = self.check_inputs(
             nodes, edge_index, node_mask, edge_types
         )

@@ -177,8 +177,9 @@ def _read_molecules(
         parts["train"] = (graphs, targets)
         parts["val"] = _molecules(Path(val).expanduser(), text_column, label_column)
     else:
-        kept, held = holdout_indices(len(graphs), VAL_FRACTION, seed) if len(graphs) > 1 else (
-            [0], [])  # fmt: skip
+        # At least one molecule for validation when there are two or more.
+        share = max(VAL_FRACTION, 1 / len(graphs)) if len(graphs) > 1 else 0.0
+        kept, held = holdout_indices(len(graphs), share, seed)
         parts["train"] = ([graphs[i] for i in kept], [targets[i] for i in kept])
         if held:
             parts["val"] = ([graphs[i] for i in held], [targets[i] for i in held])
