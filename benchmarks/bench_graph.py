@@ -26,9 +26,8 @@ import torch
 
 import tfam
 from tfam.data import get_dataset, task_facts
-from tfam.training import Trainer, TrainConfig
+from tfam.training import TrainConfig, Trainer
 from tfam.training.tasks import task_for
-from tfam.training.tasks.graphs import collate_graphs
 
 
 def evaluate(model: Any, task: Any, dataset: Any, batch: int = 256) -> dict[str, float]:
