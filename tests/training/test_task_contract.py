@@ -134,6 +134,45 @@ def transcripts(model: tfam.models.TfamModel, g: torch.Generator) -> Tiny:
     return Tiny(rows, alphabet=[f"s{i}" for i in range(1, c.num_labels)], separator=" ")
 
 
+def _graphs(model: tfam.models.TfamModel, g: torch.Generator) -> list[Any]:
+    """Small random graphs (a ring of typed edges each) of unequal sizes: padding in every
+    batch."""
+    from tfam.data.graphs.graph import Graph
+
+    c = model.config
+    out = []
+    for n in LENGTHS:
+        ring = torch.arange(n)
+        index = torch.stack([torch.cat([ring, (ring + 1) % n]), torch.cat([(ring + 1) % n, ring])])
+        types = torch.randint(0, c.edge_types, (2 * n,), generator=g)
+        out.append(Graph(torch.rand(n, c.in_features, generator=g), index, types))
+    return out
+
+
+def node_graphs(model: tfam.models.TfamModel, g: torch.Generator) -> Tiny:
+    items = _graphs(model, g)
+    for graph in items:  # about half the nodes labelled, the first always
+        labels = torch.randint(0, model.config.num_labels, (graph.num_nodes,), generator=g)
+        hidden = torch.rand(graph.num_nodes, generator=g) < 0.5
+        hidden[0] = False
+        graph.node_labels = labels.masked_fill(hidden, -100)
+    return Tiny(items)
+
+
+def labelled_graphs(model: tfam.models.TfamModel, g: torch.Generator) -> Tiny:
+    items = _graphs(model, g)
+    for i, graph in enumerate(items):
+        graph.target = i % model.config.num_labels
+    return Tiny(items)
+
+
+def valued_graphs(model: tfam.models.TfamModel, g: torch.Generator) -> Tiny:
+    items = _graphs(model, g)
+    for graph in items:
+        graph.target = float(torch.randn((), generator=g))
+    return Tiny(items)
+
+
 # The kind of dataset each task learns from (a task without an entry uses its base class's).
 DATASETS: dict[str, Callable[[tfam.models.TfamModel, torch.Generator], Tiny]] = {
     "image-classification": images,
@@ -145,6 +184,9 @@ DATASETS: dict[str, Callable[[tfam.models.TfamModel, torch.Generator], Tiny]] = 
     "frame-classification": frames,
     "utterance-classification": utterances,
     "ctc": transcripts,
+    "node-classification": node_graphs,
+    "graph-classification": labelled_graphs,
+    "graph-regression": valued_graphs,
 }
 
 

@@ -31,6 +31,8 @@ EPILOG = """examples:
   tfam predict runs/pos "Ali eve geldi ." --tags        a BERT tagger: one tag per word
   tfam predict runs/spoken-digits my_digits.wav         a speech run: its classes, transcript,
                                                         or the labelled segments with times
+  tfam predict runs/nci-tpsa "CCO" "c1ccccc1O"          a graph run on molecules: each value
+  tfam predict runs/karate 5 16 24                      a run over one graph: nodes by index
 
 Text runs need the tokenizer.json and labels.json (class names) that `tfam train` writes. A
 tagger splits the sentence into words as BERT does (at spaces and punctuation) and gives each
@@ -41,7 +43,7 @@ For digits-like data (one channel, light on dark), an image with a bright border
 paper) is inverted and its contrast stretched; --invert yes|no and --no-stretch override.
 """
 
-HELP = "top-k classes of images or sentences, tags of words, translations"
+HELP = "top-k classes of images or sentences, tags of words, translations, molecules' values"
 DESCRIPTION = (
     "Classify image files (PNG, JPEG, ... via Pillow) or sentences, tag words, or translate "
     "sentences with a trained model."
@@ -55,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="IMAGE",
         nargs="+",
         help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset; for a "
-        "text run, a sentence",
+        "text run, a sentence; for a graph run, a SMILES (molecules) or a node index",
     )
     p.add_argument(
         "--top-k",
@@ -89,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
         return predict_text(args)
     if getattr(source.model_class, "inputs", "") == "audio":
         return predict_audio(args, source)
+    if getattr(source.model_class, "inputs", "") == "graph":
+        if args.tags:
+            raise ValueError(f"--tags is for a tagger; {args.dir} holds a graph model")
+        return predict_graph(args)
     if args.tags:
         raise ValueError(f"--tags is for a tagger; {args.dir} holds an image classifier")
     device = device_from(args)
@@ -358,4 +364,56 @@ def _print_tags(
             p, c = probs[first[w]].max(dim=-1)
             print(f"  {word:<{width}}  {classes[int(c)]:<6}  {float(p):.4f}")
         if n + 1 < len(texts):
+            print()
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph runs
+
+
+def predict_graph(args: argparse.Namespace) -> int:
+    """A graph run: for molecules (SMILES) each one's value in the data's unit or its classes;
+    for a run over one graph, each node's class (and what the data says of it)."""
+    from tfam.cli.graphs import forward, load_graph_run, molecules, node_indices, run_graph
+
+    run = load_graph_run(args.dir, device_from(args), "predict")
+    head, classes = run.facts.get("head"), list(run.facts.get("classes") or [])
+    if run.reads_smiles:
+        graphs = molecules(args.images)  # every SMILES read before any output
+        out = forward(run, graphs).float().cpu()
+        if head == "value":
+            unit = str(run.facts.get("unit") or "")
+            width = max(len(g.name) for g in graphs)
+            for g, value in zip(graphs, out.tolist(), strict=True):
+                print(f"{g.name:<{width}}  {value:.2f}{' ' + unit if unit else ''}")
+            return 0
+        _print_graph_classes([g.name for g in graphs], out.softmax(dim=-1), classes, args.top_k)
+        return 0
+    graph, known = run_graph(run)
+    nodes = node_indices(args.images, graph)
+    probs = forward(run, [graph])[0].float().softmax(dim=-1).cpu()
+    trained = graph.node_labels
+    width = max(len(c) for c in classes)
+    for i in nodes:
+        p, c = probs[i].max(dim=-1)
+        note = ""
+        if int(trained[i]) >= 0:
+            note = f"  (labelled in training: {classes[int(trained[i])]})"
+        elif int(known[i]) >= 0:
+            note = f"  (the data says {classes[int(known[i])]})"
+        print(f"node {i}: {classes[int(c)]:<{width}}  {float(p):.4f}{note}")
+    return 0
+
+
+def _print_graph_classes(
+    names: Sequence[str], probs: Any, classes: Sequence[str], top_k: int
+) -> None:
+    k = min(top_k, len(classes))
+    width = max(len(c) for c in classes)
+    values, indices = probs.topk(k, dim=-1)
+    for n, (name, vals, idx) in enumerate(zip(names, values.tolist(), indices.tolist())):
+        print(name)
+        for rank, (p, c) in enumerate(zip(vals, idx), start=1):
+            print(f"  {rank}. {classes[c]:<{width}}  {p:.4f}")
+        if n + 1 < len(names):
             print()

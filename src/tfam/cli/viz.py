@@ -1,4 +1,4 @@
-"""`tfam viz attention|windows|pos|curves`: pictures of a trained model (PNG, matplotlib Agg)."""
+"""`tfam viz attention|windows|graph|pos|curves`: pictures of a trained model (PNG, matplotlib Agg)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,25 @@ EPILOG = """examples:
   tfam viz attention runs/digits my_digit.png --layer 1 --out first_block.png
   tfam viz attention runs/kjv-rv "And God said, Let there be light." --out align.png
   tfam viz windows runs/swin test:0 --out windows.png   a Swin run's windows and attention
+  tfam viz graph runs/karate --out club.png           a graph run: attention on its edges
+  tfam viz graph runs/nci-tpsa "c1ccccc1O" --out phenol.png
   tfam viz pos runs/digits --out position.png
   tfam viz curves runs/digits --out curves.png
+"""
+
+GRAPH_EPILOG = """examples:
+  tfam viz graph runs/karate --out club.png            every block, heads averaged, and the mean
+  tfam viz graph runs/karate 0 --out member0.png       where member 0 looks
+  tfam viz graph runs/karate --layer 2 --out heads.png  block 2, one panel per head
+  tfam viz graph runs/nci-tpsa "CC(=O)Nc1ccc(O)cc1" --out paracetamol.png
+
+A graph run. The graph is laid out by networkx (Kamada-Kawai); each edge is drawn with width
+and opacity by the attention it carries (node i's weight on neighbour j, the mean of both
+directions, scaled to the panel's largest edge), each node's disc by the weight it gives
+itself. Panels: each block with its heads averaged, then the mean over blocks; with --layer,
+that block's heads and their mean. Molecules show element symbols; the club colours each
+member by its predicted faction. A NODE (a run over one graph) keeps only that node's
+attention on its edges.
 """
 
 WINDOWS_EPILOG = """examples:
@@ -157,6 +174,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_image_options(p)
     add_device_option(p)
     p.set_defaults(func=run_windows)
+
+    graph = (
+        "a graph run's learned attention on its edges (the club, a molecule)",
+        "The attention of a graph model drawn on the graph's edges: per block (heads "
+        "averaged) and the mean over blocks, or one block's heads.",
+        GRAPH_EPILOG,
+    )
+    p = _add_picture(sub, "graph", graph, "default: DIR/graph_attention.png")
+    p.add_argument(
+        "input",
+        metavar="SMILES_OR_NODE",
+        nargs="?",
+        default=None,
+        help="a molecule (SMILES) for a run on molecules; for a run over one graph, a node "
+        "index whose attention alone to draw (default: the whole graph)",
+    )
+    p.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        help="block whose heads to show: 1..depth, or negative from the end (default: every "
+        "block, heads averaged)",
+    )
+    add_device_option(p)
+    p.set_defaults(func=run_graph)
 
     pos = (
         "cosine similarity of position embeddings (ViT paper, figure 7)",
@@ -330,6 +372,78 @@ def run_pos(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else run_dir / "position.png"
     plot_position_similarity(model, out)
     print(f"position embedding similarity: {out}")
+    return 0
+
+
+def run_graph(args: argparse.Namespace) -> int:
+    """Draw a graph run's attention on its graph's edges (a molecule, or its own graph)."""
+    import torch
+
+    from tfam.cli.graphs import forward, load_graph_run, molecules, node_indices, run_graph
+    from tfam.viz import plot_graph_attention
+
+    run_dir = _run_dir(args)
+    run = load_graph_run(args.dir, device_from(args), "viz graph")
+    config = run.model.config
+    labels = colors = None
+    if run.reads_smiles:
+        if args.input is None:
+            raise ValueError("SMILES is missing: this run is on molecules; give one to draw")
+        (graph,) = molecules([args.input])
+        from tfam.data.graphs.molecules import ELEMENTS
+
+        element = graph.nodes[:, : len(ELEMENTS) + 1].argmax(dim=1).tolist()
+        labels = {i: (ELEMENTS[e] if e < len(ELEMENTS) else "*") for i, e in enumerate(element)}
+        palette = {"C": "#d9d9d9", "N": "#9ecae1", "O": "#fc9272", "S": "#fee391"}
+        colors = [palette.get(labels[i], "#c7e9c0") for i in range(graph.num_nodes)]
+        focus = None
+        what = f"{args.input}"
+    else:
+        graph, _ = run_graph(run)
+        focus = node_indices([args.input], graph)[0] if args.input is not None else None
+        what = str(run.facts.get("data"))
+    out, weights = forward(run, [graph], return_attention=True)
+    if not run.reads_smiles and config.head == "node":
+        classes = list(run.facts.get("classes") or [])
+        predicted = out[0].argmax(dim=-1).tolist()
+        tab = [("#9ecae1", "blue"), ("#fdae6b", "orange"), ("#a1d99b", "green"),
+               ("#bcbddc", "purple"), ("#fc9272", "red")]  # fmt: skip
+        colors = [tab[c % len(tab)][0] for c in predicted]
+        what += (
+            " (predicted: "
+            + ", ".join(f"{name} {tab[k % len(tab)][1]}" for k, name in enumerate(classes))
+            + ")"
+        )
+    blocks = [w[0].float().cpu() for w in weights]  # (H, N', N') per block
+    if args.layer is not None:
+        layer = _layer_index(args.layer, len(blocks))
+        heads = list(blocks[layer])
+        maps = [*heads, blocks[layer].mean(0)]
+        titles = [f"block {layer % len(blocks) + 1}, head {h + 1}" for h in range(len(heads))]
+        titles.append(f"block {layer % len(blocks) + 1}, mean of heads")
+    else:
+        maps = [b.mean(0) for b in blocks]
+        titles = [f"block {i + 1} (heads averaged)" for i in range(len(blocks))]
+        if len(blocks) > 1:
+            maps.append(torch.stack(maps).mean(0))
+            titles.append("mean over blocks")
+    prefix = config.prefix
+    if focus is not None:
+        # Only the node's own row: its weights on its neighbours, drawn on both directions.
+        row = focus + prefix
+        kept = []
+        for w in maps:
+            only = torch.zeros_like(w)
+            only[row], only[:, row] = w[row], w[row]
+            kept.append(only)
+        maps = kept
+        what += f", node {focus}'s attention"
+    out_path = Path(args.out) if args.out else run_dir / "graph_attention.png"
+    plot_graph_attention(
+        graph, maps, titles, prefix=prefix, node_labels=labels, node_colors=colors,
+        suptitle=what, out=out_path,
+    )  # fmt: skip
+    print(f"graph attention: {out_path}")
     return 0
 
 

@@ -34,6 +34,7 @@ from typing import Any
 from tfam.data.sources.charlm import KJV_CHARS_INFO, load_kjv_chars
 from tfam.data.sources.files import load_user_text
 from tfam.data.sources.folder import FOLDER_VAL_FRACTION, ImageFolder, scan_folder
+from tfam.data.sources.graphfiles import is_graph_data, load_graph_files
 from tfam.data.sources.images import (
     DIGITS,
     FASHION_MNIST,
@@ -43,6 +44,8 @@ from tfam.data.sources.images import (
     load_digits,
     load_fashion_mnist,
 )
+from tfam.data.sources.karate import KARATE_INFO, load_karate
+from tfam.data.sources.nci import NCI_SPLITS, load_nci_tpsa, nci_tpsa_info
 from tfam.data.sources.pixels import PixelInfo, load_folder_pixels, load_pixels, pixels_info
 from tfam.data.sources.sentiment import SENTIMENT_INFO, load_sentiment
 from tfam.data.sources.seq2seq import (
@@ -78,6 +81,7 @@ __all__ = [
     "FILE_OPTIONS",
     "folder_entry",
     "from_files",
+    "graph_files_entry",
     "pixel_folder_entry",
     "audio_entry",
     "run_pixels",
@@ -103,6 +107,17 @@ TASK_FACTS: dict[str, tuple[str, ...]] = {
     "frame-classification": ("n_mels", "num_labels", "head"),
     "utterance-classification": ("n_mels", "num_labels", "head"),
     "ctc": ("n_mels", "num_labels", "head"),
+    # Graphs (the graph family): the node features' width, the edge types, the head's outputs.
+    "node-classification": ("in_features", "edge_types", "num_labels", "head"),
+    "graph-classification": ("in_features", "edge_types", "num_labels", "head"),
+    "graph-regression": (
+        "in_features",
+        "edge_types",
+        "num_labels",
+        "head",
+        "target_shift",
+        "target_scale",
+    ),  # fmt: skip
 }
 
 
@@ -112,6 +127,9 @@ TASK_HEADS: dict[str, str] = {
     "sequence-classification": "sequence",
     "token-classification": "token",
     "masked-lm": "mlm",
+    "node-classification": "node",
+    "graph-classification": "graph",
+    "graph-regression": "value",
 }
 
 
@@ -516,6 +534,10 @@ def resolve_data(
     path = Path(text).expanduser()
     if is_audio_folder(path) or is_audio_csv(path):
         return audio_entry(path)
+    if run is not None and is_graph_data(path):
+        options = {**_run_file_options(run), **options}
+    if is_graph_data(path, options.get("text_column")) and _reads_graphs(options.get("family")):
+        return graph_files_entry(path, **options)
     if path.is_dir() and not is_text_folder(path):
         pixels = run_pixels(run) if run is not None else None
         if pixels is not None:
@@ -530,6 +552,54 @@ def resolve_data(
         f"unknown dataset {text!r}; valid names: {', '.join(_CATALOG)}, or an image folder "
         "(a directory with one sub-folder of images per class), or a text file (CSV, TSV, JSON "
         "Lines, CoNLL-U, .txt) or a folder of .txt files"
+    )
+
+
+_GRAPH_TASKS = ("node-classification", "graph-classification", "graph-regression")
+
+
+def _reads_graphs(family: Any) -> bool:
+    """Whether data holding graphs is read as graphs for ``family``: none named, or one that
+    learns a graph task (a text family reads a CSV of SMILES as text)."""
+    tasks = _family_tasks(family)
+    return tasks is None or any(t in _GRAPH_TASKS for t in tasks)
+
+
+def graph_files_entry(
+    path: str | os.PathLike,
+    task: str | None = None,
+    family: Any = None,
+    text_column: str | None = None,
+    label_column: str | None = None,
+    val: str | os.PathLike | None = None,
+    test: str | os.PathLike | None = None,
+    **_: Any,
+) -> DatasetEntry:
+    """The user's graphs (a CSV of SMILES and a value or label, or a folder with nodes.csv and
+    edges.csv: :mod:`tfam.data.sources.graphfiles`) as a catalog entry; ``task`` must be the
+    one the data holds."""
+    data = load_graph_files(
+        path, text_column=text_column, label_column=label_column, val=val, test=test
+    )
+    if task is not None and task != data.task:
+        raise ValueError(
+            f"--task {task!r} is invalid for {data.path}: it holds data for {data.task}"
+        )
+    splits = tuple(data.splits)
+
+    def loader(split: str, *, root: Any = None, seed: int = 0) -> Any:
+        return data.splits[split]
+
+    return DatasetEntry(
+        name=str(data.path),
+        task=data.task,
+        info=data.info,  # type: ignore[arg-type]
+        loader=loader,
+        splits=splits,
+        train_split="train",
+        val_split="val" if "val" in splits else None,
+        test_split="test" if "test" in splits else None,
+        is_folder=True,
     )
 
 
@@ -1022,5 +1092,66 @@ register_dataset(
         ),
         tasks=_PIXEL_TASKS,
         aliases=("fashion-mnist-igpt",),
+    )
+)
+
+
+# Graphs (the graph family): a node is a vector, attention runs only along edges. Splits are
+# fixed by the data (karate: the 4 labelled members; nci-tpsa: a seeded fifth held out).
+
+register_dataset(
+    DatasetEntry(
+        name="karate",
+        task="node-classification",
+        info=KARATE_INFO,  # type: ignore[arg-type]
+        loader=lambda split, root=None, seed=0: load_karate(split, seed=seed),
+        recipe=Recipe(
+            preset="graph_karate",
+            # One graph, 4 labels: full-batch steps; weight decay keeps the 30 unlabelled
+            # members' identity vectors small, so their neighbours decide their side.
+            train={
+                "epochs": 200,
+                "batch_size": 1,
+                "lr": 1e-2,
+                "min_lr": 1e-4,
+                "weight_decay": 0.05,
+                "warmup_epochs": 10.0,
+                "label_smoothing": 0.0,
+                "clip_grad": 1.0,
+            },
+            threads=1,
+            note="node classification from 4 labelled members, 200 full-graph steps",
+        ),
+        splits=("train", "test"),
+        train_split="train",
+        val_split=None,
+        test_split="test",
+        aliases=("karate-club",),
+    )
+)
+
+register_dataset(
+    DatasetEntry(
+        name="nci-tpsa",
+        task="graph-regression",
+        info=nci_tpsa_info(),  # type: ignore[arg-type]
+        loader=lambda split, root=None, seed=0: load_nci_tpsa(split, seed=seed),
+        recipe=Recipe(
+            preset="graph_nci_tpsa",
+            train={
+                "epochs": 40,
+                "batch_size": 32,
+                "lr": 1e-3,
+                "min_lr": 1e-5,
+                "weight_decay": 0.01,
+                "warmup_epochs": 1.0,
+                "clip_grad": 1.0,
+                "max_minutes": 12.0,
+            },
+            threads=1,
+            note="graph regression of TPSA (Å²) under the graph mask; 12 minutes at most",
+        ),
+        splits=NCI_SPLITS,
+        aliases=("tpsa",),
     )
 )

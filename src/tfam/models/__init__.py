@@ -6,6 +6,7 @@ from tfam.models.bert import Bert, BertConfig, mean_pool
 from tfam.models.cnn import CNN, CNNConfig
 from tfam.models.deit import DeiT, DeiTConfig
 from tfam.models.gpt import GPT, GPTConfig
+from tfam.models.graph import GraphConfig, GraphTransformer
 from tfam.models.igpt import IGPT, IGPTConfig
 from tfam.models.registry import (
     PRESETS,
@@ -33,6 +34,8 @@ __all__ = [
     "DeiTConfig",
     "GPT",
     "GPTConfig",
+    "GraphConfig",
+    "GraphTransformer",
     "IGPT",
     "IGPTConfig",
     "MODEL_CLASSES",

@@ -538,9 +538,27 @@ def size_speech(info: Any, train_size: int, given: Mapping[str, Any], task: str)
     return FamilySizing(model, None, reasons, width)
 
 
-# The sizer of each vision family (and of the speech encoder), by its config's ``family``.
+def size_graph(info: Any, train_size: int, given: Mapping[str, Any], task: str) -> FamilySizing:
+    """A graph Transformer for the user's graphs (a CSV of molecules, an edge list): width and
+    depth from the number of training graphs (one graph: from its labelled nodes' few), two
+    heads of 16 at D=32, four above; no dropout below 1,000 graphs but on one graph."""
+    small = train_size < 1_000
+    dim = int(given.get("dim", 32 if small else 64))
+    depth = int(given.get("depth", 2 if small else 4))
+    model: dict[str, Any] = {"dim": dim, "depth": depth, "heads": _heads(dim, 16)}
+    if task == "node-classification":
+        model["dropout"] = given.get("dropout", 0.1)  # one graph, few labels: some noise
+    reasons = (
+        f"{train_size:,} training graph{'s' if train_size != 1 else ''} -> D={dim}, {depth} "
+        f"blocks, {model['heads']} heads",
+    )
+    return FamilySizing(model, None, reasons, dim)
+
+
+# The sizer of each family sized from the user's data, by its config's ``family``.
 SIZERS: dict[str, Sizer] = {
     "speech": size_speech,
+    "graph": size_graph,
     "vit": _vit_sizer,
     "deit": size_deit,
     "cnn": size_cnn,

@@ -20,6 +20,7 @@ from tfam.viz.completion import completion_grid
 from tfam.viz.complexity import plot_complexity
 from tfam.viz.confusion import plot_confusion
 from tfam.viz.curves import plot_curves, read_metrics
+from tfam.viz.graph import edge_attention, plot_graph_attention
 from tfam.viz.position import (
     plot_position_similarity,
     position_similarity,
@@ -27,6 +28,8 @@ from tfam.viz.position import (
 )
 
 __all__ = [
+    "edge_attention",
+    "plot_graph_attention",
     "AttentionMaps",
     "attention_maps",
     "attention_rollout",

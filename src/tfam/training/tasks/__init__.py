@@ -37,8 +37,9 @@ images (:class:`ImageClassification`), one label per token (:class:`TokenClassif
 per sequence (:class:`SequenceClassification`), next-token prediction (:class:`CausalLM`),
 BERT's masked tokens (:class:`MaskedLM`, masking by :func:`mask_tokens`), sequence to
 sequence (:class:`Seq2Seq`), audio frames (:class:`FrameClassification`, a label per 10 ms
-frame; :class:`UtteranceClassification`, one per utterance; :class:`CTC`, transcription) and
-images with a teacher (:class:`ImageDistillation`, DeiT's
+frame; :class:`UtteranceClassification`, one per utterance; :class:`CTC`, transcription),
+graphs (:class:`NodeClassification`, :class:`GraphClassification`, :class:`GraphRegression`)
+and images with a teacher (:class:`ImageDistillation`, DeiT's
 distillation token; its teacher is an option of ``task_for``). Token and sequence tasks count nothing where a label is -100 (padding), so padding never changes a loss or a metric.
 """
 
@@ -63,6 +64,7 @@ from tfam.training.tasks.base import (
 from tfam.training.tasks.causal_lm import CAUSAL_UNITS, CausalLM
 from tfam.training.tasks.ctc import CTC
 from tfam.training.tasks.distillation import ImageDistillation, distillation_loss
+from tfam.training.tasks.graphs import GraphClassification, GraphRegression, NodeClassification
 from tfam.training.tasks.image_classification import ImageClassification
 from tfam.training.tasks.masked_lm import MLM_PROBABILITY, MaskedLM, mask_tokens
 from tfam.training.tasks.seq2seq import Seq2Seq
@@ -81,9 +83,12 @@ __all__ = [
     "CausalLM",
     "CrossEntropyTask",
     "FrameClassification",
+    "GraphClassification",
+    "GraphRegression",
     "ImageClassification",
     "ImageDistillation",
     "MaskedLM",
+    "NodeClassification",
     "Seq2Seq",
     "SequenceClassification",
     "Task",
