@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         help="model config overrides (a quick check: dim=16 depth=1 heads=2)",
     )
     p.add_argument("--out", default=None, help="run directory (default: in memory)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads (2: the whole machine)")
     args = p.parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     task_name = TASKS[args.task]
     entry = get_dataset("spoken-digits").for_task(task_name, labels=args.labels)
     if args.task == "speaker" and args.root is not None:
