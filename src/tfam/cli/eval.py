@@ -124,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
         return run_seq2seq(args)
     if getattr(source.model_class, "inputs", "") == "tokens":
         return run_text(args)
+    if getattr(source.model_class, "inputs", "") == "audio":
+        from tfam.cli.speech import run_eval
+
+        return run_eval(args, source)
     if args.limit is not None:
         raise ValueError(
             "--limit is for seq2seq runs; an image run is evaluated on its whole split"
