@@ -254,6 +254,8 @@ def run_eval(args: argparse.Namespace, source: Any) -> int:
     if meta.get("labels"):
         numbers["labels"] = meta["labels"]
     groups = _groups(data, n)
+    if task == "utterance-classification":
+        groups.pop("voice", None)  # the voice is the class: its table is the per-class one
     if task == "ctc":
         numbers.update(_report_ctc(data, n, outputs, groups))
     else:
