@@ -483,3 +483,191 @@ def _report_ctc(
         print(f"    hyp: {ex['hypothesis']}")
     numbers["examples"] = examples
     return numbers
+
+
+# ---------------------------------------------------------------------------------------------
+# tfam viz attention (a speech run) and tfam viz frames
+
+FRAMES_EPILOG = """examples:
+  tfam viz frames spoken-digits test:0 --out frames.png     an utterance's word and phoneme segments
+  tfam viz frames runs/spoken-digits test:3                 ... and the run's predictions beside them
+  tfam viz frames runs/spoken-digits my_digits.wav          a recording: what the run hears in it
+  tfam viz frames runs/words val:0                          a sample of your audio folder or CSV
+
+SOURCE is a speech run directory or a speech dataset (spoken-digits, an audio folder or CSV).
+Panels: the log-mel frames the model reads (80 bands, a 25 ms window every 10 ms), then rows of
+labelled segments on the same time axis: the spoken digits' words and phonemes (from eSpeak's
+events; every 10 ms frame takes the label at its centre), and for a run its output: a tagging
+run's predicted labels per frame (and its errors in red where the truth is known), a
+transcription run's CTC emissions (the frames where the best path leaves the blank, with the
+decoded symbol), a speaker run's top class in the title.
+"""
+
+
+def is_speech_run(dir_arg: str) -> bool:
+    """Whether ``dir_arg`` is a run directory of a model over audio (``inputs = "audio"``)."""
+    from tfam.runs import resolve_model
+
+    try:
+        source = resolve_model(dir_arg, what="DIR", kinds=("dir",))
+    except (ValueError, FileNotFoundError):
+        return False
+    return getattr(source.model_class, "inputs", "") == "audio"
+
+
+def register_frames(sub: Any) -> None:
+    """`tfam viz frames SOURCE INPUT` (a subcommand of `tfam viz`)."""
+    from tfam.cli.common import add_device_option
+
+    texts = (
+        "a recording's log-mel frames with its word and phoneme segments and a speech run's output",
+        "The log-mel frames of a recording or a speech dataset's utterance, with its labelled "
+        "segments (words, phonemes) and a speech run's predictions on the same time axis.",
+        FRAMES_EPILOG,
+    )
+    p = sub.add_parser(
+        "frames", help=texts[0], description=texts[1], epilog=texts[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("dir", metavar="SOURCE", help="a speech run directory, or spoken-digits")
+    p.add_argument(
+        "image", metavar="INPUT", help="a WAV file, or SPLIT:INDEX (e.g. test:0) of the data"
+    )
+    p.add_argument("--out", metavar="PNG", default=None, help="default: DIR/frames.png, or "
+                   "frames.png for a dataset")  # fmt: skip
+    p.add_argument(
+        "--labels", default=None, metavar="KIND",
+        help="a dataset SOURCE: the frame labels of its samples (spoken-digits: word, phoneme)",
+    )  # fmt: skip
+    p.add_argument("--root", metavar="DIR", default=None, help="where to look for dataset files")
+    add_device_option(p)
+    p.set_defaults(func=run_viz_frames)
+
+
+def _title(rec: Recording, extra: str = "") -> str:
+    notes = f"  [{', '.join(rec.notes)}]" if rec.notes else ""
+    return f"{rec.name}{notes}{extra}"
+
+
+def run_viz_attention(args: argparse.Namespace) -> int:
+    """`tfam viz attention DIR INPUT` of a speech run: per-head attention of block --layer
+    over the frames, under the log-mel frames (the words marked, where known)."""
+    import torch
+
+    from tfam.cli.common import device_from
+    from tfam.cli.viz import _layer_index
+    from tfam.runs import resolve_model
+    from tfam.viz.speech import plot_speech_attention, segments_in_seconds
+
+    run_dir = Path(args.dir)
+    meta = speech_meta(run_dir)
+    (rec,) = run_recordings(run_dir, [args.image], meta, args.root)
+    model = resolve_model(args.dir, what="DIR", kinds=("dir",)).load(device_from(args)).eval()
+    c = model.config
+    layer = _layer_index(args.layer, c.depth)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        _, weights = model.forward_features(rec.features[None].to(device), return_attention=True)
+    w = weights[layer][0].float().cpu()  # (H, T', T')
+    window = (c.attention_options or {}).get("window")
+    step = 10 * c.subsampling
+    kernel = f"{c.attention} attention" + (
+        f", window \u00b1{window} frames (\u00b1{window * step} ms)" if window is not None else ""
+    )
+    segments = segments_in_seconds(rec.utterance.words) if rec.utterance is not None else []
+    out = Path(args.out) if args.out else run_dir / "attention.png"
+    title = _title(rec, f"\nblock {layer % c.depth + 1}/{c.depth}, {kernel}; frames of {step} ms")
+    plot_speech_attention(rec.features, w, out, subsampling=c.subsampling, segments=segments,
+                          title=title)  # fmt: skip
+    keys = (w > 1e-6).sum(dim=-1)
+    print(
+        f"attention of {rec.name}: block {layer % c.depth + 1}/{c.depth}, {w.shape[0]} heads over "
+        f"{w.shape[-1]} frames of {step} ms ({kernel}); keys with weight per query: "
+        f"{int(keys.min())}..{int(keys.max())} of {w.shape[-1]}"
+    )
+    print(f"picture: {out}")
+    return 0
+
+
+def run_viz_frames(args: argparse.Namespace) -> int:
+    """`tfam viz frames SOURCE INPUT`: the frames with the corpus's segments and a run's
+    output."""
+    import torch
+
+    from tfam.cli.common import device_from
+    from tfam.viz.speech import plot_frames, runs_of, segments_in_seconds
+
+    source = str(args.dir)
+    run = is_speech_run(source)
+    model = meta = None
+    if run:
+        if args.labels is not None:
+            raise ValueError("--labels is for a dataset SOURCE; a run uses the labels it was "
+                             "trained on")  # fmt: skip
+        from tfam.runs import resolve_model
+
+        meta = speech_meta(Path(source))
+        (rec,) = run_recordings(Path(source), [args.image], meta, args.root)
+        model = resolve_model(source, what="DIR", kinds=("dir",)).load(device_from(args)).eval()
+    elif is_sample(args.image):
+        from tfam.data import resolve_data
+
+        entry = resolve_data(source)
+        if entry.task not in CORPUS_TASKS:
+            raise ValueError(
+                f"SOURCE {source!r} is neither a speech run directory nor a speech dataset "
+                f"({entry.name} is a {entry.task} dataset): expected a run of `tfam train "
+                "speech` or spoken-digits"
+            )
+        rec = dataset_recording(args.image, source, entry.task, args.labels, args.root)
+    else:
+        if not Path(source).exists():
+            from tfam.data import resolve_data
+
+            resolve_data(source)  # an unknown name is one line naming the valid ones
+        rec = load_recording(args.image)
+    tiers: list[tuple[str, Any]] = []
+    if rec.utterance is not None:
+        tiers.append(("words", segments_in_seconds(rec.utterance.words)))
+        tiers.append(("phonemes", segments_in_seconds(rec.utterance.phonemes, strip=True)))
+    extra = ""
+    if model is not None and meta is not None:
+        device = next(model.parameters()).device
+        with torch.inference_mode():
+            out = model(rec.features[None].to(device)).float().cpu()[0]
+        head = model.config.head
+        if head == "frames":
+            labels = [meta["classes"][i] for i in out[: rec.features.shape[0]].argmax(-1).tolist()]
+            kind = meta.get("labels") or "label"
+            strip = kind == "phoneme"
+            shown = [lab.split(":", 1)[-1] if strip else lab for lab in labels]
+            tiers.append((f"predicted {kind}s", runs_of(shown)))
+            if rec.frame_truth is not None:
+                wrong = ["" if p != t else "sil" for p, t in zip(labels, rec.frame_truth)]
+                right = wrong.count("sil")
+                tiers.append(("errors", runs_of(wrong)))
+                extra = f"\nframe accuracy {100 * right / len(wrong):.1f}% ({right}/{len(wrong)})"
+        elif head == "ctc":
+            step = model.config.subsampling * 0.01
+            best = out.argmax(-1).tolist()
+            emitted, last = [], 0
+            for j, k in enumerate(best):
+                if k != 0 and k != last:
+                    emitted.append((j * step, (j + 1) * step, meta["alphabet"][k - 1]))
+                last = k
+            sep = meta.get("separator", "")
+            tiers.append(("CTC emissions", emitted))
+            extra = f"\ntranscript: {sep.join(e[2] for e in emitted)!r}"
+        else:
+            probs = out.softmax(-1)
+            p, k = probs.max(-1)
+            extra = f"\npredicted speaker/class: {meta['classes'][int(k)]} ({float(p):.2f})"
+        if rec.truth is not None and head != "frames":
+            extra += f", true: {rec.truth!r}"
+    default = Path(source) / "frames.png" if run else Path("frames.png")
+    target = Path(args.out) if args.out else default
+    plot_frames(rec.features, target, tiers=tiers, title=_title(rec, extra))
+    print(f"frames of {rec.name}: {len(tiers)} rows of segments ({', '.join(t for t, _ in tiers)})"
+          if tiers else f"frames of {rec.name}")  # fmt: skip
+    print(f"picture: {target}")
+    return 0
