@@ -83,7 +83,10 @@ def plot_frames(
     seconds = features.shape[0] * FRAME_SHIFT_S + 0.015
     width = float(min(24.0, max(8.0, 2.5 * seconds)))
     ratios = [3.0] + [0.45] * len(tiers)
-    fig = Figure(figsize=(width, 2.6 + 0.45 * len(tiers)), layout="constrained")
+    height = 2.6 + 0.45 * len(tiers)
+    fig = Figure(figsize=(width, height))  # margins set by hand: constrained layout is slow
+    fig.subplots_adjust(left=1.3 / width, right=1 - 0.3 / width, bottom=0.5 / height,
+                        top=1 - 0.75 / height, hspace=0.25)  # fmt: skip
     axes = fig.subplots(1 + len(tiers), 1, sharex=True, height_ratios=ratios, squeeze=False)[:, 0]
     _spectrogram(axes[0], features, seconds)
     colours = ["tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown"]
@@ -123,8 +126,13 @@ def plot_speech_attention(
     cols = min(columns, heads)
     rows = -(-heads // cols)
     side = 3.6
-    fig = Figure(figsize=(side * cols + 0.8, (side + 1.0) * rows), layout="constrained")
-    grid = fig.add_gridspec(2 * rows, cols, height_ratios=[0.9, side] * rows)
+    width, height = side * cols + 1.6, (side + 1.0) * rows + 0.8
+    fig = Figure(figsize=(width, height))  # margins set by hand: constrained layout is slow
+    grid = fig.add_gridspec(
+        2 * rows, cols, height_ratios=[0.9, side] * rows, left=0.9 / width,
+        right=1 - 1.1 / width, bottom=0.55 / height, top=1 - 0.8 / height, hspace=0.12,
+        wspace=0.15,
+    )  # fmt: skip
     w = np.asarray(weights.detach().float().cpu())
     norm = PowerNorm(0.5, vmin=0.0, vmax=max(float(w.max()), 1e-9))
     image = None
@@ -148,7 +156,8 @@ def plot_speech_attention(
         if c == 0:
             ax.set_ylabel("query frame time (s)")
     if image is not None:
-        fig.colorbar(image, ax=fig.axes, fraction=0.02, pad=0.01, label="attention weight")
+        bar = fig.add_axes((1 - 0.85 / width, 0.55 / height, 0.12 / width, 0.6))
+        fig.colorbar(image, cax=bar, label="attention weight")
     if title:
         fig.suptitle(title, fontsize=11)
     return save_figure(fig, out)
