@@ -100,6 +100,26 @@ def _listed(items: Sequence[str], shown: int = 6) -> str:
     return f"[{head}{', ...' if len(items) > shown else ''}] ({len(items)})"
 
 
+def _note_chance(accuracy: float, counts: list[int], split: str) -> None:
+    """A ``tfam: note:`` when a classifier's accuracy is at chance (as tfam eval's)."""
+    from tfam.cli.text import note
+    from tfam.training.sanity import chance_problem
+
+    problem = chance_problem(accuracy, counts=counts or None, split=f"{split} split")
+    if problem is not None:
+        note(problem)
+
+
+def _layer_index(layer: int, depth: int) -> int:
+    """--layer counts blocks from 1 (negative from the end) -> 0-based index."""
+    if layer == 0 or not -depth <= layer <= depth:
+        raise ValueError(
+            f"--layer {layer} is invalid: the model has {depth} blocks; expected 1..{depth} "
+            f"or -{depth}..-1 (from the end)"
+        )
+    return layer - 1 if layer > 0 else layer
+
+
 def condition(snr_db: float | None) -> str:
     """A noise condition's name: "clean", or "20 dB"."""
     return "clean" if snr_db is None else f"{snr_db:g} dB"
@@ -223,13 +243,18 @@ def run_eval(args: argparse.Namespace, source: Any) -> int:
     """`tfam eval DIR` of a speech run: the task's numbers on its data's test split (the
     user's audio: its validation holdout), a confusion matrix PNG for the classifiers."""
     from tfam.cli.common import device_from
-    from tfam.cli.eval import _note_chance, _split, _write_json
+    from tfam.training.results import write_json
 
     run_dir = Path(args.dir)
     meta = speech_meta(run_dir)
     task = str(meta["task"])
     entry, root = speech_entry(run_dir, meta, args.data, args.root)
-    split = _split(args, entry)
+    split = args.split or entry.test_split or entry.val_split
+    if split not in entry.splits:
+        raise ValueError(
+            f"--split {split!r} is invalid for {entry.name}: expected one of "
+            f"{', '.join(entry.splits)}"
+        )
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit {args.limit} is invalid: expected an int >= 1")
     data = entry.load(split, root=root)
@@ -275,7 +300,7 @@ def run_eval(args: argparse.Namespace, source: Any) -> int:
         numbers["confusion_png"] = str(out)
         print()
         print(f"confusion matrix: {out}")
-    _write_json(run_dir / "eval.json", numbers)
+    write_json(run_dir / "eval.json", numbers)
     print(f"numbers: {run_dir / 'eval.json'}")
     return 0
 
@@ -555,7 +580,6 @@ def run_viz_attention(args: argparse.Namespace) -> int:
     import torch
 
     from tfam.cli.common import device_from
-    from tfam.cli.viz import _layer_index
     from tfam.runs import resolve_model
     from tfam.viz.speech import plot_speech_attention, segments_in_seconds
 
