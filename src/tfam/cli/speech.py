@@ -268,9 +268,10 @@ def run_eval(args: argparse.Namespace, source: Any) -> int:
     outputs = _forward_all(model, data, n, device, args.batch_size)
     shown = f"first {n} of {total}" if n < total else f"{total}"
     frames = int(sum(int(data.lengths[i]) for i in range(n)))
+    length = f"{frames / 6000:.1f} minutes" if frames >= 6000 else f"{frames / 100:.1f} s"
     print(
-        f"model {run_dir} on {entry.name} {split}: {shown} utterances, "
-        f"{frames / 100 / 60:.1f} minutes ({frames:,} frames of 10 ms)"
+        f"model {run_dir} on {entry.name} {split}: {shown} utterances, {length} "
+        f"({frames:,} frames of 10 ms)"
     )
     numbers: dict[str, Any] = {
         "model_dir": str(run_dir), "dataset": entry.name, "task": task, "split": split,
@@ -403,8 +404,7 @@ def _report_classes(
                                "correct": correct, "unit": unit}  # fmt: skip
     for g in groups:
         rows = [(name, *by_group[g][name]) for name in _ordered(list(by_group[g]))]
-        if len(rows) > 1 or g == "voice":
-            numbers[f"per_{g}"] = _table(g, rows, unit)
+        numbers[f"per_{g}"] = _table(g, rows, unit)
     totals = confusion.sum(dim=1).tolist()
     label_rows = [(c, int(totals[j]), int(confusion[j, j])) for j, c in enumerate(classes)]
     shown = label_rows
@@ -486,8 +486,6 @@ def _report_ctc(
     for g in groups:
         cells = by_group[g]
         names = _ordered(list(cells))
-        if len(names) < 2 and g != "voice":
-            continue
         width = max(9, len(g), *(len(x) for x in names))
         print()
         print(f"{g:<{width}}  {'utts':>6}  {'words':>7}  {'errors':>7}  {'WER':>7}  {'right':>7}")
