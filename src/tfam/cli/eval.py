@@ -29,6 +29,12 @@ EPILOG = """examples:
   tfam eval runs/sentiment                     a BERT sentence classifier: loss, accuracy, per class
   tfam eval runs/pos                           a BERT tagger: loss and per-word tag accuracy
   tfam eval runs/kjv                           a character GPT: nats and bits per character
+  tfam eval runs/spoken-digits                 a speech run: frame accuracy per label, noise
+                                               condition and voice; speaker accuracy; or WER
+
+Speech runs: the run's data for its task (spoken-digits with the run's --labels and
+--data-root; your audio folder or CSV on its validation holdout); a confusion matrix PNG for
+frame tagging and speakers, reference / hypothesis lines for transcription (greedy CTC).
 
 Image runs: prints the accuracy and a per-class table, writes the confusion matrix (rows =
 true class) as a PNG (default DIR/confusion.png) and every number into DIR/eval.json.
@@ -124,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
         return run_seq2seq(args)
     if getattr(source.model_class, "inputs", "") == "tokens":
         return run_text(args)
+    if getattr(source.model_class, "inputs", "") == "audio":
+        from tfam.cli.speech import run_eval
+
+        return run_eval(args, source)
     if args.limit is not None:
         raise ValueError(
             "--limit is for seq2seq runs; an image run is evaluated on its whole split"

@@ -141,34 +141,36 @@ def _segments(labels: Sequence[str], min_frames: int = 3) -> list[tuple[float, f
             merged[-1][1] = run[1]
         else:
             merged.append(run)
-    # Frame t covers [10 t, 10 t + 25) ms: a run of frames a..b spans 10 a .. 10 b + 15 ms.
-    return [(a / 100, b / 100 + 0.015, lab) for a, b, lab in merged if lab != "sil"]
+    # Frame t covers [10 t, 10 t + 25) ms and is labelled at its centre, 10 t + 12.5 ms (as
+    # the corpus labels frames), so it stands for the 10 ms around it: a run of frames a..b-1
+    # spans 10 a + 7.5 .. 10 b + 7.5 ms, and segments that follow each other do not overlap.
+    edge = lambda t: 0.0 if t == 0 else t / 100 + 0.0075  # noqa: E731
+    return [(edge(a), edge(b), lab) for a, b, lab in merged if lab != "sil"]
 
 
 def predict_audio(args: argparse.Namespace, source: Any) -> int:
     """A speech run: for each WAV file its top classes (utterance labels), its transcript
     (CTC) or its labelled segments with times (frame labels); a file that is not audio, or
     is empty or silent, is one error line naming it (read before any output)."""
-    import json
-
     import torch
 
-    from tfam.data.audio import load_audio
-    from tfam.data.sources.speech import SPEECH_FILE, features_of
+    from tfam.cli.speech import run_recordings, speech_meta
     from tfam.training.tasks.ctc import ctc_greedy
 
-    path = Path(args.dir) / SPEECH_FILE
-    if not path.is_file():
-        raise ValueError(f"{path} not found: a speech run keeps its labels there (tfam train)")
-    meta = json.loads(path.read_text(encoding="utf-8"))
-    features = [features_of(load_audio(spec), int(meta.get("n_mels", 80))) for spec in args.images]
+    meta = speech_meta(Path(args.dir))
+    # WAV files or SPLIT:INDEX samples, every one read (and checked) before any output.
+    recordings = run_recordings(Path(args.dir), args.images, meta)
+    features = [r.features for r in recordings]
     device = device_from(args)
-    model = source.load(device)
+    model = source.load(device).eval()
     head = model.config.head
-    for n, (spec, x) in enumerate(zip(args.images, features, strict=True)):
+    for n, (rec, x) in enumerate(zip(recordings, features, strict=True)):
+        spec = rec.name + (f"  [{', '.join(rec.notes)}]" if rec.notes else "")
         with torch.inference_mode():
             out = model(x[None].to(device)).float().cpu()[0]
         seconds = x.shape[0] / 100
+        if rec.truth is not None:
+            spec += f"  true: {rec.truth!r}" if head == "ctc" else f"  true: {rec.truth}"
         if head == "utterance":
             classes = meta["classes"]
             probs = out.softmax(dim=-1)
@@ -186,9 +188,9 @@ def predict_audio(args: argparse.Namespace, source: Any) -> int:
             classes = meta["classes"]
             labels = [classes[i] for i in out[: x.shape[0]].argmax(dim=-1).tolist()]
             segments = _segments(labels)
-            print(
-                f"{spec}  ({seconds:.2f} s): {len(segments)} segments of {meta.get('labels') or 'labels'}"
-            )
+            kind = meta.get("labels") or "label"
+            print(f"{spec}  ({seconds:.2f} s): {len(segments)} {kind} segments")
+            print(f"  in order: {' '.join(label for _, _, label in segments) or '(silence)'}")
             for start, end, label in segments:
                 print(f"  {start:6.2f} - {end:6.2f} s  {label}")
         if n + 1 < len(features):

@@ -793,7 +793,8 @@ def run(args: argparse.Namespace) -> int:
         )
     # The data for this task (the spoken digits: splits, facts and recipe differ by task).
     labels = args.labels if args.labels is not None else (saved or {}).get("labels")
-    entry = entry.for_task(task_name, labels=labels)
+    data_root = args.data_root or (saved or {}).get("data_root")
+    entry = entry.for_task(task_name, root=data_root, labels=labels)
     settings = _settings(args, saved, entry)
     task_name, distill = _distillation(settings, task_name, entry)
     if settings["teacher"] is not None and Path(settings["teacher"]).expanduser().is_dir():

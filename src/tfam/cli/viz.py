@@ -23,6 +23,8 @@ EPILOG = """examples:
   tfam viz graph runs/nci-tpsa "c1ccccc1O" --out phenol.png
   tfam viz pos runs/digits --out position.png
   tfam viz curves runs/digits --out curves.png
+  tfam viz attention runs/spoken-digits test:0    a speech run: each head over the frames
+  tfam viz frames spoken-digits test:0            an utterance's word and phoneme segments
 """
 
 GRAPH_EPILOG = """examples:
@@ -217,6 +219,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _add_picture(sub, "curves", curves, "default: DIR/curves.png").set_defaults(func=run_curves)
 
+    from tfam.cli.speech import register_frames
+
+    register_frames(sub)  # tfam viz frames: speech recordings and their labels
+
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
@@ -315,6 +321,10 @@ def run_attention(args: argparse.Namespace) -> int:
 
     if _seq2seq_source(args):
         return run_alignment(args)
+    from tfam.cli.speech import is_speech_run, run_viz_attention
+
+    if is_speech_run(args.dir):
+        return run_viz_attention(args)
     run_dir = _run_dir(args)
     pre = load_preprocess(run_dir)
     item = load_input(args.image, pre, root=args.root, **image_options(args))

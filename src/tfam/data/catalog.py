@@ -193,11 +193,15 @@ class DatasetEntry:
     # differ by task (spoken-digits: tag by voice, speaker by utterance); None: the same entry.
     specialize: Callable[..., DatasetEntry] | None = None
 
-    def for_task(self, task: str, **options: Any) -> DatasetEntry:
+    def for_task(self, task: str, *, root: Any = None, **options: Any) -> DatasetEntry:
         """This entry for ``task`` (one of ``tasks``) with the data's ``options`` (the spoken
-        digits' ``labels``): ``specialize``'s entry, else this one. An option given to data
-        that takes none is one line."""
+        digits' ``labels``): ``specialize``'s entry, else this one. ``root`` (where the data's
+        files are, --data-root) goes to ``specialize``, whose facts may come from the files (the
+        spoken digits' voices and phonemes). An option given to data that takes none is one
+        line."""
         given = {k: v for k, v in options.items() if v is not None}
+        if self.specialize is not None and root is not None:
+            given["root"] = root
         if self.specialize is None:
             if given:
                 name = next(iter(given))
@@ -993,8 +997,11 @@ _SPEECH_RECIPES = {
 }  # fmt: skip
 
 
-def _spoken_digits_for(entry: DatasetEntry, task: str, labels: str | None = None) -> DatasetEntry:
-    """The spoken digits for ``task`` (and, tagging, ``labels``: word or phoneme)."""
+def _spoken_digits_for(
+    entry: DatasetEntry, task: str, labels: str | None = None, root: Any = None
+) -> DatasetEntry:
+    """The spoken digits for ``task`` (and, tagging, ``labels``: word or phoneme), the facts
+    (speaker voices, phonemes) read from the corpus at ``root`` (default: the cached one)."""
     if labels is not None and task != "frame-classification":
         raise ValueError(
             f"--labels {labels!r} is invalid for this task: it chooses what each frame is "
@@ -1004,10 +1011,11 @@ def _spoken_digits_for(entry: DatasetEntry, task: str, labels: str | None = None
         raise ValueError(
             f"--labels {labels!r} is invalid: expected one of {', '.join(LABEL_KINDS)}"
         )
-    info = spoken_digits_info(task, labels)
+    info = spoken_digits_info(task, labels, root)
+    corpus = root
 
     def loader(split: str, *, root: Any = None, seed: int = 0) -> Any:
-        return spoken_digits(split, task, labels, root=root)
+        return spoken_digits(split, task, labels, root=root if root is not None else corpus)
 
     recipe = _SPEECH_RECIPES[task]
     return dataclasses.replace(
