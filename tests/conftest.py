@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 SEED = 0
 
@@ -224,3 +225,25 @@ def reference_mhsa(
 def ref_mhsa() -> Callable[..., Tensor]:
     """The per-head-loop reference of multi-head attention (see ``reference_mhsa``)."""
     return reference_mhsa
+
+
+class _LargestTensor(TorchDispatchMode):
+    """Records the largest tensor (elements) any operation makes, forward and backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.fixture(scope="session")
+def largest_tensor() -> type[TorchDispatchMode]:
+    """``with largest_tensor() as spy: ...; spy.largest``: the memory tests' witness that no
+    operation made a tensor larger than the bound (an O(E) or O(L * window) kernel)."""
+    return _LargestTensor

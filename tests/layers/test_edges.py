@@ -14,7 +14,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from tfam.config import BaseConfig
 from tfam.layers.attention import MultiHeadAttention
@@ -225,23 +224,8 @@ def test_every_other_kernel_gets_the_dense_mask_and_bias(kernel: str) -> None:
         attn(x, mask=gm)
 
 
-class _Largest(TorchDispatchMode):
-    """Records the largest tensor any operation makes (forward and backward)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(t, Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 @pytest.mark.parametrize("n", [1000, 2000])
-def test_memory_is_the_edge_scores(n: int) -> None:
+def test_memory_is_the_edge_scores(largest_tensor, n: int) -> None:
     """A ring with 8 neighbours a node (E = 9 N with self-loops), H = 2: forward and backward
     never make a tensor larger than the E * H scores (q, k, v rows are N * H * Dh, smaller),
     far from N^2; ``edge_cost`` counts E scores a head, and doubling N doubles them."""
@@ -254,7 +238,7 @@ def test_memory_is_the_edge_scores(n: int) -> None:
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, heads, n, dh, generator=gen, requires_grad=True) for _ in range(3))
     kernel = build_kernel("edges", {"chunk": 512})
-    with _Largest() as spy:
+    with largest_tensor() as spy:
         out, _ = kernel(q, k, v, mask=gm)
         out.sum().backward()
     assert spy.largest == e * heads, (spy.largest, e * heads)

@@ -10,7 +10,6 @@ import json
 import pytest
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import tfam
 from tfam.layers.kernels import KERNELS, build_kernel, math_attention
@@ -286,21 +285,6 @@ def test_dropout_keeps_dead_rows_zero() -> None:
 # ------------------------------------------------------------------------ O(L * window)
 
 
-class _Largest(TorchDispatchMode):
-    """Records the largest tensor any operation makes (forward and backward)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(t, Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 @pytest.mark.parametrize(
     "options,lq,lk,causal",
     [
@@ -310,7 +294,7 @@ class _Largest(TorchDispatchMode):
         ({"window": 2, "grid": [40, 50], "prefix": 1}, 2001, 2001, False),
     ],
 )
-def test_no_lq_by_lk_tensor_and_cost_is_the_band(options, lq, lk, causal) -> None:
+def test_no_lq_by_lk_tensor_and_cost_is_the_band(largest_tensor, options, lq, lk, causal) -> None:
     """Forward and backward (with a key-padding mask) never make a tensor near Lq * Lk
     elements; the largest is the blocks' scores, which ``cost`` counts, and they grow as
     L * window: doubling the length doubles them."""
@@ -319,7 +303,7 @@ def test_no_lq_by_lk_tensor_and_cost_is_the_band(options, lq, lk, causal) -> Non
     q, k, v = (torch.randn(1, 1, n, 4, generator=gen, requires_grad=True) for n in (lq, lk, lk))
     mask = torch.ones(1, 1, 1, lk, dtype=torch.bool)
     mask[..., :3] = False
-    with _Largest() as spy:
+    with largest_tensor() as spy:
         out, _ = kernel(q, k, v, mask=mask, is_causal=causal)
         out.sum().backward()
     cost = kernel.cost(lq, lk, 4, causal)
