@@ -137,6 +137,7 @@ HEAD_TASKS = {
 }
 WRONG_SHOWN = 20  # misclassified nodes or molecules printed (all nodes, 100 molecules saved)
 WORST_SHOWN = 10  # a regression's largest errors printed (and saved)
+SMILES_SHOWN = 70  # characters of a SMILES printed in the worst-molecules table
 EVAL_BATCH_NODES = 8192  # a batch's padded nodes at most (sorted by size, like eval batches)
 
 
@@ -458,11 +459,11 @@ def _report_values(
               "error": float(error[i])} for i in order]  # fmt: skip
     print()
     print(f"worst {len(worst)} (largest |error|{', in ' + unit if unit else ''}):")
-    width = max(6, *(len(w["smiles"]) for w in worst))
     print(f"  {'true':>9}  {'predicted':>9}  {'error':>9}  SMILES")
     for w in worst:
-        print(f"  {w['true']:>9.2f}  {w['predicted']:>9.2f}  {w['error']:>+9.2f}  "
-              f"{w['smiles']:<{width}}".rstrip())  # fmt: skip
+        text = w["smiles"]  # a long one is cut here, whole in eval.json
+        text = text if len(text) <= SMILES_SHOWN else text[: SMILES_SHOWN - 3] + "..."
+        print(f"  {w['true']:>9.2f}  {w['predicted']:>9.2f}  {w['error']:>+9.2f}  {text}")
     out = Path(args.out) if args.out else run.run_dir / "predicted_vs_true.png"
     plot_regression(y, p, out, title=f"{run.run_dir.name}: {name} {split}", unit=unit)
     print()
