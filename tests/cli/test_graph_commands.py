@@ -1,10 +1,13 @@
-"""The graph commands on tiny data: `tfam train graph --data karate`, on the user's CSV of
-SMILES; `tfam predict` on a SMILES, on the club's members and the invalid-SMILES line;
-`tfam viz graph` writes a PNG."""
+"""The graph commands on tiny data: `tfam train graph --data karate` (labelled members drawn by
+--seed), on the user's CSV of SMILES; `tfam predict` on a SMILES, on the club's members and
+the invalid-SMILES line; `tfam viz graph` writes a PNG; `tfam eval` of both runs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -19,27 +22,30 @@ MOLECULES = (
 )
 
 
-@pytest.fixture(scope="module")
-def karate_run(tmp_path_factory) -> Path:
+def _train(argv: list[str], out: Path) -> None:
+    """`tfam train` in-process; what it prints is kept in OUT/../train.txt."""
     import tfam.cli
 
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert tfam.cli.main([*argv, "--out", str(out), "--epochs", "1", "--no-progress"]) == 0
+    (out.parent / "train.txt").write_text(printed.getvalue())
+
+
+@pytest.fixture(scope="module")
+def karate_run(tmp_path_factory) -> Path:
+    # --seed 1: the run's seed draws the two labelled members beside 0 and 33.
     out = tmp_path_factory.mktemp("karate") / "run"
-    code = tfam.cli.main(
-        ["train", "graph", "--data", "karate", "--out", str(out), "--epochs", "1", "--quiet"]
-    )
-    assert code == 0
+    _train(["train", "graph", "--data", "karate", "--seed", "1"], out)
     return out
 
 
 @pytest.fixture(scope="module")
 def molecule_run(tmp_path_factory) -> Path:
-    import tfam.cli
-
     root = tmp_path_factory.mktemp("molecules")
     (root / "mols.csv").write_text(MOLECULES)
     out = root / "run"
-    argv = ["train", "graph", "--data", str(root / "mols.csv"), "--out", str(out)]
-    assert tfam.cli.main([*argv, "--epochs", "1", "--set", "dim=16", "--quiet"]) == 0
+    _train(["train", "graph", "--data", str(root / "mols.csv"), "--set", "dim=16"], out)
     return out
 
 
@@ -87,3 +93,75 @@ def test_viz_graph_writes_a_png_for_the_club_and_a_molecule(
         assert code == 0, argv
         png = Path(str(argv[-1]))
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "graph attention" in out
+
+
+def test_karate_members_come_from_the_seed(karate_run: Path) -> None:
+    from tfam.data import get_dataset
+
+    entry = get_dataset("karate")
+    assert entry.seeded and not get_dataset("nci-tpsa").seeded
+
+    def members(seed: int) -> list[int]:
+        graph = entry.load("train", seed=seed)[0]
+        return (graph.node_labels >= 0).nonzero().flatten().tolist()
+
+    assert members(0) == [0, 16, 32, 33] and members(1) == [0, 6, 28, 33]
+    facts = json.loads((karate_run / "graph.json").read_text())
+    assert facts["seed"] == 1 and facts["labelled"] == [0, 6, 28, 33]
+    printed = (karate_run.parent / "train.txt").read_text()
+    assert "labelled members 0 (Mr. Hi), 6 (Mr. Hi), 28 (Officer), 33 (Officer)" in printed
+    assert "4 train / 30 test labelled nodes" in printed
+
+
+def test_train_line_names_what_a_split_holds(molecule_run: Path) -> None:
+    from types import SimpleNamespace
+
+    from tfam.cli.train import _items
+    from tfam.data.sources.speech import SpeechDataset
+
+    assert "5 train / 1 val molecules" in (molecule_run.parent / "train.txt").read_text()
+    tagger = SimpleNamespace(name="frame-classification", unit="frames")  # counts frames
+    assert _items(SpeechDataset.__new__(SpeechDataset), tagger) == "utterances"
+
+
+def test_eval_a_node_run_on_the_unlabelled_members(cli, karate_run: Path) -> None:
+    code, out, _ = cli(["eval", karate_run])
+    assert code == 0
+    assert (
+        "30 labelled members of 1 graph (trained on members 0, 6, 28, 33, drawn by --seed 1)" in out
+    )
+    numbers = json.loads((karate_run / "eval.json").read_text())
+    assert numbers["counted"] == 30 and numbers["trained_on"] == [0, 6, 28, 33]
+    wrong = [w["node"] for w in numbers["wrong"]]
+    assert not set(wrong) & {0, 6, 28, 33}
+    assert numbers["correct"] == 30 - len(wrong)
+    assert sum(row["count"] for row in numbers["per_class"]) == 30
+    assert f"accuracy: {100 * numbers['acc']:.2f}% ({30 - len(wrong)}/30 members)" in out
+    assert "Mr. Hi" in out and "Officer" in out
+    for node in wrong:
+        assert f"  member {node}: " in out
+    assert Path(numbers["confusion_png"]).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_a_regression_run_in_the_data_units(cli, molecule_run: Path, tmp_path: Path) -> None:
+    png = tmp_path / "scatter.png"
+    code, out, _ = cli(["eval", molecule_run, "--split", "train", "--out", png])
+    assert code == 0 and "MAE: " in out and "RMSE: " in out and "R²: " in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    numbers = json.loads((molecule_run / "eval.json").read_text())
+    worst = numbers["worst"]  # 5 training molecules: all of them, largest error first
+    truth = dict(line.split(",") for line in MOLECULES.splitlines()[1:])
+    assert len(worst) == 5 and {w["smiles"] for w in worst} <= set(truth)
+    errors = [w["predicted"] - w["true"] for w in worst]
+    assert all(w["true"] == pytest.approx(float(truth[w["smiles"]])) for w in worst)
+    assert [abs(e) for e in errors] == sorted((abs(e) for e in errors), reverse=True)
+    assert numbers["mae"] == pytest.approx(sum(abs(e) for e in errors) / 5)
+    assert numbers["rmse"] == pytest.approx(math.sqrt(sum(e * e for e in errors) / 5))
+    mean = sum(w["true"] for w in worst) / 5
+    sst = sum((w["true"] - mean) ** 2 for w in worst)
+    assert numbers["r2"] == pytest.approx(1 - sum(e * e for e in errors) / sst)
+    for w in worst:
+        assert w["smiles"] in out
+    # tfam predict gives the same value for a molecule as the evaluation did.
+    code, predicted, _ = cli(["predict", molecule_run, worst[0]["smiles"]])
+    assert float(predicted.split()[1]) == pytest.approx(worst[0]["predicted"], abs=0.006)

@@ -1,6 +1,8 @@
 """`tfam eval DIR`: accuracy, per-class accuracy and confusion matrix of an image model; BLEU
 and chrF of a seq2seq (translation) run on its held-out sentences; the task's metrics (loss,
-accuracy, bits per character) of a BERT or GPT run on its dataset's test split."""
+accuracy, bits per character) of a BERT or GPT run on its dataset's test split; a speech run's
+(`tfam.cli.speech`) and a graph run's (`tfam.cli.graphs`: node or graph accuracy, or MAE, RMSE
+and R² with a predicted-vs-true scatter)."""
 
 from __future__ import annotations
 
@@ -31,10 +33,21 @@ EPILOG = """examples:
   tfam eval runs/kjv                           a character GPT: nats and bits per character
   tfam eval runs/spoken-digits                 a speech run: frame accuracy per label, noise
                                                condition and voice; speaker accuracy; or WER
+  tfam eval runs/karate                        the club's 30 unlabelled members: accuracy, which are wrong
+  tfam eval runs/nci-tpsa                      MAE, RMSE, R² in Å², the worst molecules, a scatter PNG
 
 Speech runs: the run's data for its task (spoken-digits with the run's --labels and
 --data-root; your audio folder or CSV on its validation holdout); a confusion matrix PNG for
 frame tagging and speakers, reference / hypothesis lines for transcription (greedy CTC).
+
+Graph runs: the run's data (karate with the labelled members its --seed drew, kept in
+DIR/graph.json; your CSV of SMILES or edge-list folder as trained, on its test file or
+validation holdout). Node classification: accuracy over the split's labelled nodes (the club's
+unlabelled members), per class, each wrong node, a confusion PNG; graph classification:
+accuracy, per class, the wrong molecules, a confusion PNG; graph regression: MAE, RMSE and R² in
+the data's units beside predicting the training mean, the worst molecules (SMILES, true,
+predicted) and a predicted-vs-true scatter with the y = x line (default
+DIR/predicted_vs_true.png).
 
 Image runs: prints the accuracy and a per-class table, writes the confusion matrix (rows =
 true class) as a PNG (default DIR/confusion.png) and every number into DIR/eval.json.
@@ -78,7 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         default=None,
         help="confusion matrix image (default: DIR/confusion.png); for a seq2seq run the "
-        "translations (default: DIR/translations_SPLIT.txt)",
+        "translations (default: DIR/translations_SPLIT.txt); for a graph regression run the "
+        "predicted-vs-true scatter (default: DIR/predicted_vs_true.png)",
     )
     p.add_argument(
         "--root", metavar="DIR", default=None, help="where to look first for dataset files"
@@ -87,7 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch-size",
         type=int,
         default=None,
-        help="images per forward pass (default: 256), or sentences per generate call (default: 32)",
+        help="images per forward pass (default: 256), sentences per generate call (default: 32), "
+        "or graphs per forward pass (default: 64)",
     )
     s = p.add_argument_group("seq2seq and text runs")
     s.add_argument(
@@ -134,6 +149,10 @@ def run(args: argparse.Namespace) -> int:
         from tfam.cli.speech import run_eval
 
         return run_eval(args, source)
+    if getattr(source.model_class, "inputs", "") == "graph":
+        from tfam.cli.graphs import run_eval as run_graph_eval
+
+        return run_graph_eval(args, source)
     if args.limit is not None:
         raise ValueError(
             "--limit is for seq2seq runs; an image run is evaluated on its whole split"

@@ -664,13 +664,24 @@ _ITEM_NOUNS = {
 
 
 def _items(dataset: Any, task: Any) -> str:
-    """The noun after the split sizes of the summary line."""
+    """The noun after the split sizes of the summary line: what :func:`_size` counts."""
     if getattr(dataset, "image_shape", None) is not None:
         return "images"  # pixel sequences (iGPT), whatever the task
     if task.name == "causal-lm":
         context = getattr(dataset, "context", None)
         return f"windows of {context} {task.unit}" if context else "windows"
-    return _ITEM_NOUNS.get(task.name, task.unit)
+    if task.name == "node-classification":
+        return "labelled nodes"  # one graph: a split is the nodes it scores
+    # A dataset that says what its items are (utterances of a frame tagger, molecules).
+    return getattr(dataset, "item_noun", None) or _ITEM_NOUNS.get(task.name, task.unit)
+
+
+def _size(dataset: Any, task: Any) -> int:
+    """A split's size for the summary line: its items, or a node classifier's labelled nodes
+    (karate: 4 train / 30 test, in one graph)."""
+    if task.name == "node-classification" and hasattr(dataset, "labelled_nodes"):
+        return int(dataset.labelled_nodes())
+    return len(dataset)
 
 
 def _check_init_tokenizer(init: str | None, tokenizer: Any, entry: Any) -> None:
@@ -841,7 +852,12 @@ def run(args: argparse.Namespace) -> int:
             "--set distilled=true"
         )
     augment = _augment(entry, settings)
-    load = dict(root=settings["data_root"])
+    load: dict[str, Any] = dict(root=settings["data_root"])
+    if entry.seeded:
+        # The run's --seed chooses the split (karate's labelled members); a resumed run keeps
+        # the one it started with, whatever --seed says now.
+        first = ((saved or {}).get("train_config") or {}).get("seed")
+        load["seed"] = int(first if first is not None else config.seed)
     train_set = entry.load(entry.train_split, **load)
     val_set = entry.load(entry.val_split, **load) if entry.val_split else None
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
@@ -869,9 +885,9 @@ def run(args: argparse.Namespace) -> int:
     hint = shlex.join(["tfam", "train", args.family, *spelled, "--out", str(out), "--resume"])
     if not config.quiet and dist_info().is_main:  # under torchrun, rank 0 alone speaks
         params = sum(p.numel() for p in model.parameters())
-        sizes = f"{len(train_set)} train"
-        sizes += f" / {len(val_set)} val" if val_set is not None else ""
-        sizes += f" / {len(test_set)} test" if test_set is not None else ""
+        sizes = f"{_size(train_set, task)} train"
+        sizes += f" / {_size(val_set, task)} val" if val_set is not None else ""
+        sizes += f" / {_size(test_set, task)} test" if test_set is not None else ""
         batch = (
             f"batches of <= {config.batch_tokens} tokens"
             if config.batch_tokens
@@ -890,6 +906,8 @@ def run(args: argparse.Namespace) -> int:
             print(entry.info.description, flush=True)  # the data, and how its splits were made
         if sizing is not None:
             print(sizing.line, flush=True)
+        if getattr(train_set, "note", ""):
+            print(train_set.note, flush=True)  # karate: which members are labelled
         if distill is not None:
             n = sum(p.numel() for p in teacher.parameters())
             print(

@@ -94,6 +94,9 @@ EPILOG_HEAD = """examples:
   tfam train bert --task sentiment --init minilm_l6             fine-tune the packaged MiniLM
   tfam train bert --task pos --init minilm_l6 --out runs/pos    a tagger: one tag per word
   tfam train gpt --data kjv --max-minutes 5                     a character-level GPT on the KJV
+  tfam train graph --data karate --seed 3                       the club from 4 labelled members:
+      0, 33 and one more of each faction, drawn by --seed (printed at the start, kept in
+      graph.json; --seed 0 labels 0, 16, 32, 33); scored on the other 30
       (--task NAME without --data, where NAME is a data set, is --data NAME; a text run also
       gets tokenizer.json and, for classes, labels.json, which tfam predict, eval, generate
       and embed read)

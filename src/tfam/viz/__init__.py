@@ -1,5 +1,5 @@
 """Pictures of what a model does: attention maps and rollout, position-embedding similarity,
-training curves, confusion matrices, cross-attention alignments of an encoder–decoder.
+training curves, confusion matrices, a regression's predicted-vs-true scatter, cross-attention alignments of an encoder–decoder.
 
     from tfam.viz import attention_rollout, plot_attention, plot_position_similarity
     fig = plot_attention(model, image, "attention.png")    # per-head [CLS] maps + rollout
@@ -26,6 +26,7 @@ from tfam.viz.position import (
     position_similarity,
     sequence_position_similarity,
 )
+from tfam.viz.regression import plot_regression
 
 __all__ = [
     "edge_attention",
@@ -41,6 +42,7 @@ __all__ = [
     "plot_confusion",
     "plot_curves",
     "plot_position_similarity",
+    "plot_regression",
     "position_similarity",
     "sequence_position_similarity",
     "read_metrics",

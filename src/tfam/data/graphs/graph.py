@@ -80,7 +80,7 @@ class GraphInfo:
 
     ``in_features`` F; ``edge_types``; ``classes`` (empty for regression); ``num_labels``
     (classes, or 1 for one value); ``head`` ("node", "graph" or "value"); ``unit`` of a value
-    ("Å²")."""
+    ("Å²"); ``node_noun``: what a node is, in the data's words ("members" of the club)."""
 
     def __init__(
         self,
@@ -93,6 +93,7 @@ class GraphInfo:
         facts: Callable[[], dict[str, Any]] | dict[str, Any] | None = None,
         unit: str = "",
         inputs: str = "smiles",
+        node_noun: str = "nodes",
     ) -> None:
         self.name = name
         self.in_features = int(in_features)
@@ -102,6 +103,7 @@ class GraphInfo:
         self.description = description
         self.unit = unit
         self.inputs = inputs  # "smiles" (molecules) or "nodes" (one graph's nodes by index)
+        self.node_noun = node_noun  # what a node is, in the data's words ("members")
         self._facts_fn = facts
         self._cached: dict[str, Any] | None = None
 
@@ -142,12 +144,26 @@ class GraphInfo:
 class GraphDataset(torch.utils.data.Dataset):
     """A list of :class:`Graph` items with the facts a task and a model read:
     ``in_features``, ``edge_types``, ``classes``, ``num_labels``, ``head``, ``target_shift``,
-    ``target_scale``, ``unit`` (of a value: "A^2")."""
+    ``target_scale``, ``unit`` (of a value: "A^2").
 
-    def __init__(self, graphs: Sequence[Graph], info: GraphInfo, split: str = "") -> None:
+    ``facts``: what a run must keep to load the same split again (karate: the ``seed`` that
+    drew its labelled members, and the members), written into graph.json; ``note``: a line
+    ``tfam train`` prints before training (which members are labelled), or ""."""
+
+    def __init__(
+        self,
+        graphs: Sequence[Graph],
+        info: GraphInfo,
+        split: str = "",
+        *,
+        facts: dict[str, Any] | None = None,
+        note: str = "",
+    ) -> None:
         self.graphs = list(graphs)
         self.info = info
         self.split = split
+        self.facts = dict(facts or {})
+        self.note = note
         self.in_features = info.in_features
         self.edge_types = info.edge_types
         self.classes = info.classes
@@ -162,6 +178,20 @@ class GraphDataset(torch.utils.data.Dataset):
     @property
     def target_scale(self) -> float:
         return self.info.target_scale
+
+    @property
+    def item_noun(self) -> str:
+        """What one item is, for "N train / M test ..." lines: molecules (a SMILES data set)
+        or graphs."""
+        return "molecules" if self.info.inputs == "smiles" else "graphs"
+
+    def labelled_nodes(self) -> int:
+        """How many nodes carry a label in this split (node classification's examples)."""
+        return sum(
+            int((g.node_labels != UNLABELLED).sum())
+            for g in self.graphs
+            if g.node_labels is not None
+        )
 
     def __len__(self) -> int:
         return len(self.graphs)
@@ -180,6 +210,7 @@ class GraphDataset(torch.utils.data.Dataset):
                 "head": self.head,
                 "classes": list(self.classes),
                 "unit": self.unit,
+                **self.facts,
             }
         }
 

@@ -3,7 +3,10 @@ and the faction each member joined when the club split ("Mr. Hi" or "Officer").
 
 Node classification with few labels: the model sees the whole graph but is told the faction
 of 4 members only, the two leaders (member 0, Mr. Hi, and member 33, the officer) and one more
-member of each faction drawn by ``seed``; it is scored on the other 30.
+member of each faction drawn by ``seed``; it is scored on the other 30. ``tfam train graph
+--data karate --seed S`` draws them with the run's seed S (the catalog entry is ``seeded``),
+prints them, and keeps the seed and the members in the run's graph.json, from which
+``--resume``, ``tfam eval``, ``tfam predict`` and ``tfam viz graph`` load the same split.
 
 Node features are one-hot identities (F = 34): the members have no attributes of their own,
 and identity lets each member learn its own vector, so what the model learns of a member
@@ -31,11 +34,12 @@ KARATE_INFO = GraphInfo(
     head="node",
     description=(
         "Zachary's karate club (networkx): 34 members, 78 friendships, two factions; one-hot "
-        "identities; trained on 4 labelled members (0, 33 and one more per faction, seeded), "
-        "scored on the other 30"
+        "identities; trained on 4 labelled members (0, 33 and one more per faction, drawn by "
+        "the run's --seed), scored on the other 30"
     ),
     facts={"train_size": 1, "test_size": 1},
     inputs="nodes",
+    node_noun="members",
 )
 
 
@@ -86,8 +90,15 @@ def load_karate(split: str = "train", *, seed: int = 0) -> GraphDataset:
     if split not in KARATE_SPLITS:
         raise ValueError(f"split={split!r} is invalid: expected one of {', '.join(KARATE_SPLITS)}")
     graph, factions = karate_graph()
+    members = labelled_members(factions, seed)
     known = torch.zeros(len(factions), dtype=torch.bool)
-    known[labelled_members(factions, seed)] = True
+    known[members] = True
     shown = known if split == "train" else ~known
     graph.node_labels = torch.where(shown, factions, torch.full_like(factions, UNLABELLED))
-    return GraphDataset([graph], KARATE_INFO, split)
+    sides = ", ".join(f"{i} ({KARATE_CLASSES[int(factions[i])]})" for i in members)
+    note = (
+        f"karate: labelled members {sides}, drawn by --seed {int(seed)}; scored on the other "
+        f"{len(factions) - len(members)}"
+    )
+    facts = {"seed": int(seed), "labelled": members}
+    return GraphDataset([graph], KARATE_INFO, split, facts=facts, note=note)

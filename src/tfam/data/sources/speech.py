@@ -96,6 +96,10 @@ class SpeechDataset(torch.utils.data.Dataset):
     ``lengths``: frames per utterance (token batches bucket by it); ``snr_db``, ``voices``:
     per utterance, where known (the spoken digits)."""
 
+    # What an item is, whatever the task counts (a frame tagger's loss counts frames): the
+    # "N train / M val ..." line of tfam train says utterances.
+    item_noun = "utterances"
+
     def __init__(
         self,
         features: Sequence[Tensor],
