@@ -75,6 +75,19 @@ def test_train_a_class_folder_then_predict(cli, tones, tmp_path) -> None:
     lines = stdout.splitlines()
     assert lines[0].startswith(str(tones / "high" / "0.wav"))
     assert sorted(line.split()[1] for line in lines[1:3]) == ["high", "low"]
+    # One label per recording: frames normalised by the training part's per-band statistics
+    # (kept in speech.json), and predict reads a file exactly as training did.
+    from tfam.cli.speech import load_recording, speech_meta
+    from tfam.data.sources.speech import audio_folder
+
+    meta = speech_meta(out)
+    assert meta["norm"] is not None and len(meta["norm"]["mean"]) == 80
+    train = audio_folder(tones, "train")
+    frames = torch.cat(train.features).double()
+    assert frames.mean(0).abs().max() < 1e-4 and (frames.std(0) - 1).abs().max() < 1e-3
+    seen = load_recording(str(tones / "high" / "0.wav"), 80, meta["norm"]).features
+    held = audio_folder(tones, "val").features
+    assert any(f.shape == seen.shape and torch.allclose(f, seen) for f in train.features + held)
 
 
 def test_train_a_transcript_csv_then_predict(cli, clips, tmp_path) -> None:

@@ -144,9 +144,10 @@ class Recording:
     notes: list[str] = field(default_factory=list)
 
 
-def load_recording(path: str, n_mels: int = 80) -> Recording:
-    """A WAV file as frames; a file that is not audio, empty, silent or shorter than one 25 ms
-    frame (400 samples at 16 kHz) is one ``AudioError`` line naming it."""
+def load_recording(path: str, n_mels: int = 80, norm: Any = None) -> Recording:
+    """A WAV file as frames, normalised as the run's were (``norm``: speech.json's, None per
+    utterance); a file that is not audio, empty, silent or shorter than one 25 ms frame (400
+    samples at 16 kHz) is one ``AudioError`` line naming it."""
     from tfam.data.audio import AudioError, load_audio
     from tfam.data.sources.speech import features_of
 
@@ -157,7 +158,12 @@ def load_recording(path: str, n_mels: int = 80) -> Recording:
             f"{path}: too short ({n} samples, {1000 * n / 16000:.1f} ms at 16 kHz); expected "
             f"at least {MIN_SAMPLES} samples (one 25 ms frame)"
         )
-    return Recording(path, features_of(waveform, n_mels))
+    return Recording(path, features_of(waveform, n_mels, _norm(norm)))
+
+
+def _norm(saved: Any) -> Any:
+    """speech.json's "norm" ({"mean": [...], "std": [...]} or null) as a FeatureNorm."""
+    return None if not saved else (tuple(saved["mean"]), tuple(saved["std"]))
 
 
 def is_sample(spec: str) -> bool:
@@ -166,7 +172,13 @@ def is_sample(spec: str) -> bool:
 
 
 def dataset_recording(
-    spec: str, name: str, task: str, labels: str | None, root: str | None, n_mels: int = 80
+    spec: str,
+    name: str,
+    task: str,
+    labels: str | None,
+    root: str | None,
+    n_mels: int = 80,
+    norm: Any = None,
 ) -> Recording:
     """SPLIT:INDEX of a speech dataset (``name``: spoken-digits, a user's audio folder or CSV)
     for ``task`` ("frame-classification", ...); the spoken digits give their Utterance."""
@@ -193,7 +205,7 @@ def dataset_recording(
         frames = u.frame_words() if labels != "phoneme" else u.frame_phonemes()
         truth = {"utterance-classification": u.voice, "ctc": " ".join(u.digits)}.get(task)
         return Recording(
-            f"{entry.name} {spec} ({u.id})", features_of(u.audio, n_mels), utterance=u,
+            f"{entry.name} {spec} ({u.id})", features_of(u.audio, n_mels, _norm(norm)), utterance=u,
             truth=truth, frame_truth=frames if task == "frame-classification" else None,
             notes=[f"digits {u.digits}", f"voice {u.voice}", condition(u.snr_db)],
         )  # fmt: skip
@@ -228,10 +240,11 @@ def run_recordings(
                 dataset_recording(
                     spec, str(meta.get("data") or saved.get("data")), str(meta["task"]),
                     meta.get("labels") or None, root or saved.get("data_root"), n_mels,
+                    meta.get("norm"),
                 )
             )  # fmt: skip
         else:
-            out.append(load_recording(spec, n_mels))
+            out.append(load_recording(spec, n_mels, meta.get("norm")))
     return out
 
 

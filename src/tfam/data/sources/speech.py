@@ -17,6 +17,7 @@ applied by the task with the trainer's generator).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,10 @@ __all__ = [
     "SpeechInfo",
     "audio_csv",
     "audio_folder",
+    "FeatureNorm",
+    "feature_norm",
     "features_of",
+    "normalized",
     "is_audio_csv",
     "is_audio_folder",
     "spoken_digits",
@@ -50,11 +54,39 @@ SILENCE = "sil"
 DIGIT_WORDS = (SILENCE, *"0123456789")
 
 
-def features_of(waveform: Tensor, n_mels: int = N_MELS) -> Tensor:
-    """(samples,) at 16 kHz -> normalised log-mel frames (T, n_mels)."""
-    from tfam.data.audio import fbank, normalize
+# How frames are normalised: per utterance (each band mean 0, variance 1 over the utterance) or,
+# with a FeatureNorm, by the training split's per-band statistics. Per-utterance normalisation
+# removes each recording's long-term spectrum: robust to the channel for what is said (frame
+# labels, transcripts), but that spectrum is much of who is speaking, so utterance labels use
+# the training set's statistics instead.
+FeatureNorm = tuple[tuple[float, ...], tuple[float, ...]]  # (mean, std) per mel band
 
-    return normalize(fbank(waveform, n_mels=n_mels))
+
+def features_of(waveform: Tensor, n_mels: int = N_MELS, norm: FeatureNorm | None = None) -> Tensor:
+    """(samples,) at 16 kHz -> normalised log-mel frames (T, n_mels): per utterance, or by
+    ``norm``'s per-band (mean, std)."""
+    from tfam.data.audio import fbank
+
+    return normalized(fbank(waveform, n_mels=n_mels), norm)
+
+
+def normalized(frames: Tensor, norm: FeatureNorm | None = None) -> Tensor:
+    """Log-mel frames (T, n_mels) normalised per utterance (``norm`` None) or as
+    (frames - mean) / std with ``norm``'s per-band statistics."""
+    from tfam.data.audio import normalize
+
+    if norm is None:
+        return normalize(frames)
+    mean, std = (torch.tensor(v, dtype=frames.dtype) for v in norm)
+    return (frames - mean) / std
+
+
+def feature_norm(frames: Sequence[Tensor], eps: float = 1e-5) -> FeatureNorm:
+    """Per-band mean and standard deviation over every frame of ``frames`` (a training split's
+    log-mel frames, before normalisation)."""
+    stacked = torch.cat(list(frames)).double()
+    mean, std = stacked.mean(dim=0), stacked.std(dim=0).clamp(min=eps)
+    return tuple(mean.tolist()), tuple(std.tolist())
 
 
 @dataclass(frozen=True)
@@ -75,6 +107,7 @@ class SpeechInfo:
     test_size: int = 0
     description: str = ""
     labels: str = ""  # the spoken digits' frame labels: "word" or "phoneme"
+    norm: FeatureNorm | None = None  # None: per utterance; else the training split's statistics
 
     def run_file(self) -> dict[str, Any]:
         """What a run keeps in speech.json for predict and eval."""
@@ -87,6 +120,7 @@ class SpeechInfo:
             "separator": self.separator,
             "n_mels": self.n_mels,
             "labels": self.labels,
+            "norm": None if self.norm is None else {"mean": self.norm[0], "std": self.norm[1]},
         }
 
 
@@ -171,15 +205,17 @@ _CACHE: dict[tuple[str, str, str], tuple[list[Any], list[Tensor], list[Any]]] = 
 def _utterances(
     split: str, corpus_task: str, root: Any = None
 ) -> tuple[list[Any], list[Tensor], list[Any]]:
-    """The corpus's utterances of a split, their features and (tag) their frame labels (words,
-    phonemes), computed once per process; the samples are then dropped (the features hold what
-    training needs)."""
+    """The corpus's utterances of a split, their log-mel frames (not yet normalised) and (tag)
+    their frame labels (words, phonemes), computed once per process; the samples are then
+    dropped (the frames hold what training needs)."""
     key = (split, corpus_task, str(root))
     if key not in _CACHE:
         from tfam.data.sources.spoken_digits import load_split
 
         utts = load_split(split, corpus_task, root=root)
-        feats = [features_of(u.audio) for u in utts]
+        from tfam.data.audio import fbank
+
+        feats = [fbank(u.audio, n_mels=N_MELS) for u in utts]
         frames = [(u.frame_words(), u.frame_phonemes()) if corpus_task == "tag" else None
                   for u in utts]  # fmt: skip
         for u in utts:
@@ -233,7 +269,11 @@ def spoken_digits(
     """A split ("train", "val", "test") of the spoken digits for a speech task, features
     cached in memory; the training split is augmented (SpecAugment)."""
     info = spoken_digits_info(task, labels, root)
-    utts, feats, frames = _utterances(split, _SPOKEN_TASKS[task], root)
+    utts, raw, frames = _utterances(split, _SPOKEN_TASKS[task], root)
+    if task == "utterance-classification":  # who is speaking: keep each voice's spectrum
+        train_frames = _utterances("train", _SPOKEN_TASKS[task], root)[1]
+        info = dataclasses.replace(info, norm=feature_norm(train_frames))
+    feats = [normalized(f, info.norm) for f in raw]
     if task == "utterance-classification":
         index = {v: i for i, v in enumerate(info.classes)}
         targets: list[Any] = [index[u.voice] for u in utts]
@@ -352,18 +392,24 @@ def audio_folder(path: str | os.PathLike, split: str = "train", *, seed: int = 0
                 f"{root} holds no sub-folder of WAV files: an audio folder has one sub-folder "
                 "of .wav files per class"
             )
-        feats, labels = [], []
+        from tfam.data.audio import fbank
+
+        raw, labels = [], []
         for k, name in enumerate(classes):
             for file in _audio_files(root / name):
-                feats.append(features_of(load_audio(file)))
+                raw.append(fbank(load_audio(file), n_mels=N_MELS))
                 labels.append(k)
+        val = _holdout(len(raw), seed, labels)
+        # One label per recording: normalised by the training part's statistics (FeatureNorm).
+        norm = feature_norm([f for f, v in zip(raw, val, strict=True) if not v])
+        feats = [normalized(f, norm) for f in raw]
         info = SpeechInfo(
             str(root), "utterance-classification", "utterance", len(classes),
-            classes=tuple(classes), train_size=len(feats),
+            classes=tuple(classes), train_size=len(feats), norm=norm,
             description=f"audio folder {root}: {len(feats)} WAV files in {len(classes)} classes "
             f"({VAL_FRACTION:.0%} stratified holdout for validation, seeded)",
         )  # fmt: skip
-        return _UserAudio(feats, labels, _holdout(len(feats), seed, labels), info)
+        return _UserAudio(feats, labels, val, info)
 
     return _split_of(_load_user("folder", root, seed, build), split)
 
