@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default=None, help="the corpus folder (default: tfam's cache)")
     p.add_argument("--max-steps", type=int, default=None, help="a quick check: stop both here")
     p.add_argument("--max-minutes", type=float, default=None, help="the model's budget")
+    p.add_argument("--epochs", type=int, default=None, help="the model's epochs (the recipe's)")
     p.add_argument("--ref-epochs", type=int, default=10)
     p.add_argument("--ref-minutes", type=float, default=3.0)
     p.add_argument(
@@ -152,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     values = dict(recipe.train)
     if args.max_minutes is not None:
         values["max_minutes"] = args.max_minutes
+    if args.epochs is not None:
+        values["epochs"] = args.epochs
     if args.max_steps is not None:
         values.update(max_steps=args.max_steps, max_minutes=None)
     config = TrainConfig(**values, quiet=False, progress=False)
