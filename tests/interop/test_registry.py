@@ -11,6 +11,7 @@ import tfam
 from tfam.interop import from_hf, registry, to_hf
 from tfam.interop.registry import CONVERTERS, Converter, register_converter
 from tfam.models import MODEL_CLASSES, Transformer
+from tfam.models.base import INPUT_KINDS
 
 
 def test_every_converter_module_registers_itself_with_its_family() -> None:
@@ -26,7 +27,7 @@ def test_every_converter_module_registers_itself_with_its_family() -> None:
 
 def test_families_declare_what_the_command_line_asks() -> None:
     for cls in MODEL_CLASSES.values():
-        assert cls.title and cls.inputs in ("image", "tokens", "token-pairs")
+        assert cls.title and cls.inputs in INPUT_KINDS
         assert cls.tasks and all(isinstance(t, str) for t in cls.tasks)
 
 

@@ -80,6 +80,10 @@ class AttentionWeights(Sequence[Tensor]):
         return f"AttentionWeights(main={self.main!r}, {parts})"
 
 
+# What a family's forward can read (``TfamModel.inputs``): the commands pick their path by it.
+INPUT_KINDS = ("image", "tokens", "token-pairs", "audio", "graph")
+
+
 class TfamModel(nn.Module, ABC):
     """Base of every family: ``model.config``, ``save_pretrained``, ``from_pretrained``."""
 
@@ -87,8 +91,10 @@ class TfamModel(nn.Module, ABC):
     # What the family declares; the command line and interop ask these, never its name.
     # How messages name the family ("ViT", "BERT").
     title: ClassVar[str] = ""
-    # What forward reads: "image" (pixels (B, C, H, W)), "tokens" (ids (B, L)) or
-    # "token-pairs" (source ids (B, Ls) and target ids (B, Lt): an encoder–decoder).
+    # What forward reads, one of INPUT_KINDS: "image" (pixels (B, C, H, W)), "tokens" (ids
+    # (B, L)), "token-pairs" (source ids (B, Ls) and target ids (B, Lt): an encoder–decoder),
+    # "audio" (log-mel frames (B, T, n_mels) and a mask) or "graph" (node features (B, N, F),
+    # an edge list and a node mask).
     inputs: ClassVar[str] = ""
     # The trainer's tasks (tfam.training.tasks names) this family can be trained on.
     tasks: ClassVar[tuple[str, ...]] = ()
