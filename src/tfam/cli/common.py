@@ -19,6 +19,7 @@ from typing import Any, Literal
 from tfam import runs
 
 __all__ = [
+    "layer_index",
     "RUN_DIR_HELP",
     "ModelSource",
     "add_batch_size_option",
@@ -465,3 +466,14 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
 
 def image_options(args: argparse.Namespace) -> dict:
     return {"invert": INVERT_CHOICES[args.invert], "stretch": False if args.no_stretch else None}
+
+
+def layer_index(layer: int, depth: int) -> int:
+    """--layer counts blocks from 1 (negative from the end) -> 0-based index; out of range is
+    one line naming the value and the valid ones."""
+    if layer == 0 or not -depth <= layer <= depth:
+        raise ValueError(
+            f"--layer {layer} is invalid: the model has {depth} blocks; expected 1..{depth} "
+            f"or -{depth}..-1 (from the end)"
+        )
+    return layer - 1 if layer > 0 else layer

@@ -110,16 +110,6 @@ def _note_chance(accuracy: float, counts: list[int], split: str) -> None:
         note(problem)
 
 
-def _layer_index(layer: int, depth: int) -> int:
-    """--layer counts blocks from 1 (negative from the end) -> 0-based index."""
-    if layer == 0 or not -depth <= layer <= depth:
-        raise ValueError(
-            f"--layer {layer} is invalid: the model has {depth} blocks; expected 1..{depth} "
-            f"or -{depth}..-1 (from the end)"
-        )
-    return layer - 1 if layer > 0 else layer
-
-
 def condition(snr_db: float | None) -> str:
     """A noise condition's name: "clean", or "20 dB"."""
     return "clean" if snr_db is None else f"{snr_db:g} dB"
@@ -590,7 +580,7 @@ def run_viz_attention(args: argparse.Namespace) -> int:
     over the frames, under the log-mel frames (the words marked, where known)."""
     import torch
 
-    from tfam.cli.common import device_from
+    from tfam.cli.common import device_from, layer_index
     from tfam.runs import resolve_model
     from tfam.viz.speech import plot_speech_attention, segments_in_seconds
 
@@ -599,7 +589,7 @@ def run_viz_attention(args: argparse.Namespace) -> int:
     (rec,) = run_recordings(run_dir, [args.image], meta, args.root)
     model = resolve_model(args.dir, what="DIR", kinds=("dir",)).load(device_from(args)).eval()
     c = model.config
-    layer = _layer_index(args.layer, c.depth)
+    layer = layer_index(args.layer, c.depth)
     device = next(model.parameters()).device
     with torch.inference_mode():
         _, weights = model.forward_features(rec.features[None].to(device), return_attention=True)

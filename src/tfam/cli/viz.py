@@ -11,6 +11,7 @@ from tfam.cli.common import (
     add_image_options,
     device_from,
     image_options,
+    layer_index,
 )
 from tfam.runs import resolve_model, run_is_seq2seq
 
@@ -241,16 +242,6 @@ def _model(args: argparse.Namespace):  # noqa: ANN202  (a tfam model)
     return resolve_model(args.dir, what="DIR", kinds=("dir",)).load(device_from(args))
 
 
-def _layer_index(layer: int, depth: int) -> int:
-    """CLI blocks count from 1 (negative from the end) -> 0-based index."""
-    if layer == 0 or not -depth <= layer <= depth:
-        raise ValueError(
-            f"--layer {layer} is invalid: the model has {depth} blocks; expected 1..{depth} "
-            f"or -{depth}..-1 (from the end)"
-        )
-    return layer - 1 if layer > 0 else layer
-
-
 def _seq2seq_source(args: argparse.Namespace) -> bool:
     """Whether DIR holds an encoder–decoder (judged from config.json; anything unreadable is
     left to the image path, whose errors are unchanged)."""
@@ -274,7 +265,7 @@ def run_alignment(args: argparse.Namespace) -> int:
     check_not_empty([args.image], ["the sentence"], "a sentence to translate")
     run = load_seq2seq(args.dir, device_from(args), "viz attention")
     depth = run.model.config.decoder_depth or run.model.config.depth
-    layer = _layer_index(args.layer, depth)
+    layer = layer_index(args.layer, depth)
     (src,) = encode_texts(
         [args.image],
         ["the sentence"],
@@ -330,7 +321,7 @@ def run_attention(args: argparse.Namespace) -> int:
     item = load_input(args.image, pre, root=args.root, **image_options(args))
     model = tfam.from_pretrained(run_dir)
     pre.check_model(model)
-    layer = _layer_index(args.layer, model.config.depth)
+    layer = layer_index(args.layer, model.config.depth)
     out = Path(args.out) if args.out else run_dir / "attention.png"
     plot_attention(
         model,
@@ -426,7 +417,7 @@ def run_graph(args: argparse.Namespace) -> int:
         )
     blocks = [w[0].float().cpu() for w in weights]  # (H, N', N') per block
     if args.layer is not None:
-        layer = _layer_index(args.layer, len(blocks))
+        layer = layer_index(args.layer, len(blocks))
         heads = list(blocks[layer])
         maps = [*heads, blocks[layer].mean(0)]
         titles = [f"block {layer % len(blocks) + 1}, head {h + 1}" for h in range(len(heads))]
