@@ -10,7 +10,9 @@ from tfam.studies.base import PROFILES, STUDIES, Profile, Progress, Study, get_s
 from tfam.studies.stats import compare, summarize
 
 # Registration: one import per study module.
+import tfam.studies.flash  # noqa: E402,F401  isort: skip
 import tfam.studies.positions  # noqa: E402,F401  isort: skip
+import tfam.studies.recurrence  # noqa: E402,F401  isort: skip
 
 __all__ = ["PROFILES", "STUDIES", "Profile", "Progress", "Study", "compare", "get_study",
            "summarize"]  # fmt: skip

@@ -57,24 +57,28 @@ class Comparison:
     a: Summary
     b: Summary
 
-    def describe(self, a: str = "A", b: str = "B", digits: int = 3, scale: float = 1.0) -> str:
-        """One sentence: which is larger and by how much, or that no difference was measured."""
+    def describe(
+        self, a: str = "A", b: str = "B", digits: int = 3, scale: float = 1.0, unit: str = ""
+    ) -> str:
+        """One clause: which is larger and by how much (in ``unit``), or that no difference
+        was measured."""
+        u = f" {unit}" if unit else ""
         d = self.diff * scale
         if self.se is None:
             return (
                 f"no difference measured between {a} and {b} (fewer than two seeds: no "
-                f"standard error; {a} − {b} = {d:+.{digits}f})"
+                f"standard error; {a} − {b} = {d:+.{digits}f}{u})"
             )
         se = self.se * scale
         if not self.counts:
             return (
-                f"no difference measured between {a} and {b} ({a} − {b} = {d:+.{digits}f}, "
-                f"within twice its standard error {se:.{digits}f})"
+                f"no difference measured between {a} and {b} ({a} − {b} = {d:+.{digits}f}{u}, "
+                f"within twice its standard error {se:.{digits}f}{u})"
             )
         bigger, smaller = (a, b) if d > 0 else (b, a)
         return (
-            f"{bigger} is higher than {smaller} by {abs(d):.{digits}f} "
-            f"(standard error {se:.{digits}f}; more than twice it)"
+            f"{bigger} is higher than {smaller} by {abs(d):.{digits}f}{u} "
+            f"(standard error {se:.{digits}f}{u}; more than twice it)"
         )
 
 
