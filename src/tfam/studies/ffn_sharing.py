@@ -96,9 +96,9 @@ class FFNSharingStudy(Study):
     profiles = {
         "tiny": Profile(
             dict(
-                dim=32, depth=2, heads=2, context=32, steps=20, batch=8, lr=3e-3, eval_chars=4097
+                dim=16, depth=2, heads=2, context=16, steps=5, batch=4, lr=3e-3, eval_chars=1025
             ),  # fmt: skip
-            expected="~5 s",
+            expected="~3 s",
         ),
         "quick": Profile(
             dict(

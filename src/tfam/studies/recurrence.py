@@ -136,21 +136,21 @@ class RecurrenceStudy(Study):
     profiles = {
         "tiny": Profile(
             dict(
-                dim=32,
+                dim=16,
                 layers=1,
                 heads=2,
                 vocab=8,
-                tput_lengths=[16, 64],
-                tokens=256,
-                tput_steps=2,
-                delays=[1, 4],
-                recall_length=16,
-                steps=30,
-                batch=16,
+                tput_lengths=[8, 32],
+                tokens=64,
+                tput_steps=1,
+                delays=[1, 3],
+                recall_length=8,
+                steps=10,
+                batch=8,
                 lr=3e-3,
-                eval_rows=64,
+                eval_rows=16,
             ),  # fmt: skip
-            expected="~5 s",
+            expected="~3 s",
         ),
         "quick": Profile(
             dict(
