@@ -53,6 +53,10 @@ def list_studies() -> str:
         times = ", ".join(f"{p} {study.profiles[p].expected}" for p in PROFILES)
         lines.append(f"{name}  ({times})")
         lines += textwrap.wrap(study.claim, 96, initial_indent="    ", subsequent_indent="    ")
+        measured = [f"{p} {study.profiles[p].measured}" for p in PROFILES
+                    if study.profiles[p].measured]  # fmt: skip
+        if measured:
+            lines.append("    measured: " + "; ".join(measured))
     return "\n".join(lines)
 
 

@@ -111,6 +111,14 @@ def kjv_ids() -> tuple[torch.Tensor, torch.Tensor, int] | str:
     return train, test, tok.vocab_size
 
 
+def unigram_entropy(ids: torch.Tensor) -> float:
+    """The entropy (nats) of the characters' frequencies in ``ids``: the loss of a model that
+    knows only how often each character occurs."""
+    p = torch.bincount(ids).double()
+    p = p[p > 0] / p.sum()
+    return float(-(p * p.log()).sum())
+
+
 def train_char_gpt(
     scheme: str, s: dict[str, Any], seed: int, train: torch.Tensor, vocab: int, **overrides: Any
 ) -> tuple[torch.nn.Module, float, float]:
@@ -357,6 +365,25 @@ class PositionsStudy(Study):
             + extrapolation_table(means, lengths) + f"\n\n![extrapolation]({png.name})",
         ))  # fmt: skip
         first, last = str(lengths[0]), str(lengths[-1])
+        data = kjv_ids()
+        unigram = unigram_entropy(data[0]) if not isinstance(data, str) else None
+        best = min(per, key=lambda sc: summarize(per[sc][first]).mean)
+        for sc, d in per.items():
+            at_first = summarize(d[first]).mean
+            if sc != best:
+                c = compare(d[first], per[best][first])
+                conclusions.append(
+                    f"At the training length L={first}: "
+                    + c.describe(f"{sc}'s loss", f"{best}'s (the best)")
+                    + "."
+                )
+            if unigram is not None and at_first > unigram - 0.1:
+                conclusions.append(
+                    f"{sc} learned little beyond character frequencies in {s['steps']} steps "
+                    f"(loss {at_first:.3f} at L={first}, unigram entropy of the training text "
+                    f"{unigram:.3f} nats): its curve against length says little about "
+                    "extrapolation."
+                )
         for sc, d in per.items():
             if refused[sc]:
                 conclusions.append(
