@@ -55,7 +55,7 @@ def sharing_across_blocks(depth: int, dim: int, share: bool) -> dict[str, Any]:
     torch.manual_seed(0)
     stack = TransformerStack(BaseConfig(dim=dim, heads=2, depth=depth, share_layers=share))
     weights = [blk.mlp for blk in stack.blocks]
-    first = [next(m.parameters()) for m in weights]
+    first = [next(m.parameters()).detach() for m in weights]
     distinct = len({t.data_ptr() for t in first})
     gaps = [float((first[i] - first[j]).abs().max()) for i in range(depth)
             for j in range(i + 1, depth)]  # fmt: skip
