@@ -209,6 +209,14 @@ class FlashStudy(Study):
                     f"{_fmt_mb(longest * longest * 4 * spec.heads - score_bytes('chunked', longest, spec))} "
                     "MB of scores there."
                 )
+                if ("sdpa", longest) in mb:
+                    m = compare(mb[("sdpa", longest)], mb[("chunked", longest)])
+                    conclusions.append(
+                        f"{passname}, peak memory at L={longest}, sdpa against chunked: "
+                        + m.describe("sdpa", "chunked", digits=1, unit="MB")
+                        + " (torch's CPU sdpa is itself a fused, tiled kernel; its cost() "
+                        "counts it as dense)."
+                    )
                 for other in ("math", "sdpa"):
                     if (other, longest) in ms:
                         t = compare(ms[("chunked", longest)], ms[(other, longest)])
