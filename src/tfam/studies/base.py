@@ -86,6 +86,11 @@ class ResultStore:
                     f"expected {study!r} at {profile!r}: use another --out, or the same "
                     "study and profile to finish that run"
                 )
+            if old.get("settings", settings) != settings:
+                raise ValueError(
+                    f"{path} was measured with other {profile!r} settings than this version of "
+                    f"study {study!r} uses: use another --out (its records would not compare)"
+                )
             self.data["records"] = old.get("records", {})
 
     @property
