@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -31,7 +30,13 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+
+from tfam.studies.extrapolation import (
+    cell,
+    extrapolation_table,
+    plot_extrapolation,
+    score_lengths,
+)
 
 SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "relative", "generated", "none")
 LENGTHS = (128, 256, 512, 1024)
@@ -73,26 +78,6 @@ def train(scheme: str, out: Path, extra: list[str]) -> float:
     return time.perf_counter() - start
 
 
-@torch.no_grad()
-def score(model: torch.nn.Module, ids: torch.Tensor, length: int, batch: int) -> float:
-    """Mean nats per character over non-overlapping windows of ``length`` characters of
-    ``ids`` (each window predicts its characters 2..length+1 from those before, within it)."""
-    count = (len(ids) - 1) // length
-    windows = torch.stack([ids[i * length : i * length + length + 1] for i in range(count)])
-    total, n = 0.0, 0
-    for start in range(0, count, batch):
-        chunk = windows[start : start + batch]
-        logits = model(chunk[:, :-1])
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]).float(),
-            chunk[:, 1:].reshape(-1),
-            reduction="sum",
-        )
-        total += float(loss)
-        n += chunk[:, 1:].numel()
-    return total / n
-
-
 def evaluate(run: Path, lengths: tuple[int, ...], eval_chars: int) -> dict[str, object]:
     from tfam.data.sources.charlm import kjv_char_text, kjv_char_tokenizer
     from tfam.models import from_pretrained
@@ -101,37 +86,7 @@ def evaluate(run: Path, lengths: tuple[int, ...], eval_chars: int) -> dict[str, 
     tokenizer = kjv_char_tokenizer()
     text = kjv_char_text("test")[:eval_chars]
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    out: dict[str, object] = {}
-    for length in lengths:
-        try:
-            out[str(length)] = score(model, ids, length, batch=max(1, 16384 // length))
-        except ValueError as err:  # a learned table past max_positions: one line
-            out[str(length)] = f"refused: {str(err).splitlines()[0]}"
-    return out
-
-
-def plot(results: dict[str, dict], lengths: tuple[int, ...], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for scheme, row in results.items():
-        xs = [n for n in lengths if isinstance(row["nats"].get(str(n)), float)]
-        ys = [row["nats"][str(n)] for n in xs]
-        if xs:
-            ax.plot(xs, ys, marker="o", label=scheme)
-    ax.axvline(TRAIN_CONTEXT, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(lengths), [str(n) for n in lengths])
-    ax.set_xlabel("evaluation length (characters); trained at 128")
-    ax.set_ylabel("test loss (nats / character)")
-    ax.set_title("Character GPT on the KJV: train short, test long")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
+    return score_lengths(model, ids, lengths)
 
 
 def main() -> None:
@@ -181,27 +136,12 @@ def main() -> None:
         results[scheme] = {"nats": nats, "train_seconds": seconds, "steps": steps}
         args.out.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(results, indent=1))
-        print(f"{scheme}: " + "  ".join(f"{k}: {_cell(v)}" for k, v in nats.items()), flush=True)
-    header = "| position | " + " | ".join(f"L={n}" for n in lengths) + " | rise 128->max |"
+        print(f"{scheme}: " + "  ".join(f"{k}: {cell(v)}" for k, v in nats.items()), flush=True)
     print("\nTest loss, nats per character (trained at 128 characters)\n")
-    print(header)
-    print("|" + "---|" * (len(lengths) + 2))
-    for scheme, row in results.items():
-        cells = [_cell(row["nats"].get(str(n))) for n in lengths]
-        first, last = row["nats"].get(str(lengths[0])), row["nats"].get(str(lengths[-1]))
-        rise = (
-            f"{last - first:+.3f}" if isinstance(first, float) and isinstance(last, float) else "-"
-        )
-        print(f"| {scheme} | " + " | ".join(cells) + f" | {rise} |")
+    print(extrapolation_table(results, lengths))
     png = args.png or args.out / "extrapolation.png"
-    plot(results, lengths, png)
+    plot_extrapolation(results, lengths, png, TRAIN_CONTEXT)
     print(f"\nfigure: {png}  (threads {torch.get_num_threads()}, pid {os.getpid()})")
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.3f}" if math.isfinite(value) else str(value)
-    return "refused" if isinstance(value, str) and value.startswith("refused") else "-"
 
 
 if __name__ == "__main__":

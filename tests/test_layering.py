@@ -2,6 +2,7 @@
 
     config, fileio  <-  layers, data  <-  generation  <-  models  <-  training, interop, viz, explain  <-  cli
                         layers  <-  bench  <-  cli   (the complexity lab: kernels only)
+    models, training, bench, viz  <-  studies  <-  cli   (tfam study)
 
 (generation sits below models because ``model.generate`` is a method of the model; see
 docs/architecture.md.)
@@ -34,6 +35,18 @@ ALLOWED: dict[str, set[str]] = {
     "explain": {"config", "fileio", "layers", "models"},
     # The complexity lab (tfam bench): attention kernels and their cost(), beside explain.
     "bench": {"config", "fileio", "layers"},
+    # The studies (tfam study): experiments that call models, training, the bench and viz.
+    "studies": {
+        "config",
+        "fileio",
+        "layers",
+        "data",
+        "models",
+        "generation",
+        "training",
+        "bench",
+        "viz",
+    },
     # Run directories: config, model, tokenizer, labels, task; below the command line.
     "runs": {"config", "fileio", "layers", "data", "models", "generation", "training", "interop"},
     "cli": {
@@ -49,6 +62,7 @@ ALLOWED: dict[str, set[str]] = {
         "explain",
         "bench",
         "runs",
+        "studies",
         "__init__",
     },
     "plugins": set(),  # entry points only; the plug-ins it loads import what they need

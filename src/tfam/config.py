@@ -152,6 +152,8 @@ class BaseConfig:
     qkv_bias: bool = True
     fused_qkv: bool = True
     init_std: float = 0.02
+    # ALBERT's cross-layer sharing (Lan et al. 2020): one block's weights used at every depth.
+    share_layers: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -182,7 +184,7 @@ class BaseConfig:
         check_choice("position", self.position, self.position_names())
         POSITION_SCHEMES[self.position].check_config(self)
         check_attention_position(self.attention, self.position)
-        for name in ("norm_first", "qkv_bias", "fused_qkv"):
+        for name in ("norm_first", "qkv_bias", "fused_qkv", "share_layers"):
             check_bool(name, getattr(self, name))
         if not isinstance(self.init_std, int | float) or self.init_std <= 0:
             raise config_error("init_std", self.init_std, "expected a positive float")

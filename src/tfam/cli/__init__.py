@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "embed",
     "viz",
     "bench",
+    "study",
     "convert",
 ]
 
@@ -48,6 +49,8 @@ EPILOG = """examples:
                                                    GPT-2, ImageGPT, Marian), checked
   tfam bench attention --kernels math,sdpa,chunked --lengths 1024,4096,16384 --out runs/bench
                                                    time and memory of each kernel against n
+  tfam study positions --profile quick --out runs/study-positions
+                                                   a claim of the source documents, measured
 """
 
 

@@ -123,6 +123,11 @@ def stack_rows(
     """A TransformerStack's rows: every block is explained (so every parameter is claimed and
     every shape checked), then shown per ``ex.blocks``. ``label`` prefixes the block numbers
     (two stacks in one model)."""
+    if len({id(b) for b in stack.blocks}) < len(stack.blocks):
+        raise ValueError(
+            "explain does not yet show a stack whose blocks share weights (share_layers=True): "
+            "its rows claim each block's parameters once per block"
+        )
     per_block = [
         block_rows(ex, blk, f"{label}{i}", L, memory) for i, blk in enumerate(stack.blocks, start=1)
     ]

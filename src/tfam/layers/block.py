@@ -279,7 +279,13 @@ class TransformerStack(nn.Module):
         depth = config.depth
         rates = [config.drop_path * i / max(depth - 1, 1) for i in range(depth)]
         block = DecoderBlock if kind == "decoder" else EncoderBlock
-        self.blocks = nn.ModuleList(block(config, drop_path=rate) for rate in rates)
+        if config.share_layers:
+            # ALBERT (Lan et al. 2020): one block applied N times; its drop-path rate is the
+            # ramp's mean, the rate the N distinct blocks average.
+            one = block(config, drop_path=sum(rates) / max(len(rates), 1))
+            self.blocks = nn.ModuleList([one] * depth)
+        else:
+            self.blocks = nn.ModuleList(block(config, drop_path=rate) for rate in rates)
         # Positions that act inside attention are wired here, once for every family.
         # A grid family (ViT) says its patch grid: RoPE is then 2-D (row, column).
         scheme = build_position(config, grid=grid, prefix=prefix)

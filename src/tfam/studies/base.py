@@ -1,0 +1,293 @@
+"""What every study is: a claim of the source documents, the profiles it runs at, and one
+``run`` that measures, records and reports.
+
+A study subclasses :class:`Study` (``name``, ``title``, ``claim``, ``questions``, ``profiles``)
+and writes two methods: :meth:`Study.measure`, which records each condition's numbers through
+``ctx.once(key, fn)`` (appended to ``results.json`` as soon as they exist, so a crash loses at
+most the condition that was running, and a rerun into the same folder skips what is done), and
+:meth:`Study.report`, which reads those records back and gives the report's sections and a
+conclusion computed from them. :meth:`Study.run` does the rest: the folder, the store, the
+progress bars and ``report.md``.
+
+    from tfam.studies import get_study
+    get_study("positions").run("tiny", seeds=3, out_dir="runs/study-positions")
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TextIO
+
+from tfam.fileio import atomic_write_bytes
+
+__all__ = [
+    "PROFILES",
+    "STUDIES",
+    "Context",
+    "Profile",
+    "Progress",
+    "ResultStore",
+    "Section",
+    "Study",
+    "get_study",
+    "register_study",
+]
+
+PROFILES = ("tiny", "quick", "full")
+RESULTS = "results.json"
+REPORT = "report.md"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One scale of a study: its ``settings`` (what :meth:`Study.measure` reads), the time it
+    is expected to take on a 2-core CPU (``expected``: what ``tfam study --list`` shows) and,
+    where measured, what a run took (``measured``, with the machine)."""
+
+    settings: dict[str, Any]
+    expected: str
+    measured: str = ""
+
+
+@dataclass
+class Section:
+    """A report section: a heading and its markdown body (tables, figure links, text)."""
+
+    heading: str
+    body: str
+
+
+class ResultStore:
+    """``results.json`` of one study run: the study, profile, seeds and every condition's
+    record under its key, rewritten atomically after each record.
+
+    A folder that holds another study's or another profile's results is refused in one line
+    (mixing them would average unlike runs)."""
+
+    def __init__(self, path: Path, study: str, profile: str, settings: dict[str, Any]) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {
+            "study": study,
+            "profile": profile,
+            "settings": settings,
+            "records": {},
+        }
+        if path.exists():
+            old = json.loads(path.read_text())
+            if (old.get("study"), old.get("profile")) != (study, profile):
+                raise ValueError(
+                    f"{path} holds study {old.get('study')!r} at profile {old.get('profile')!r}; "
+                    f"expected {study!r} at {profile!r}: use another --out, or the same "
+                    "study and profile to finish that run"
+                )
+            if old.get("settings", settings) != settings:
+                raise ValueError(
+                    f"{path} was measured with other {profile!r} settings than this version of "
+                    f"study {study!r} uses: use another --out (its records would not compare)"
+                )
+            self.data["records"] = old.get("records", {})
+
+    @property
+    def records(self) -> dict[str, Any]:
+        return self.data["records"]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.records
+
+    def get(self, key: str) -> Any:
+        return self.records.get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        self.records[key] = value
+        self.save()
+
+    def save(self, **extra: Any) -> None:
+        self.data.update(extra)
+        text = json.dumps(self.data, indent=1, sort_keys=False, default=_jsonable)
+        atomic_write_bytes(self.path, (text + "\n").encode())
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+class Progress:
+    """Progress bars on stderr (tqdm), one per stretch of work; ``enabled=False`` is silent."""
+
+    def __init__(self, enabled: bool = True, stream: TextIO | None = None) -> None:
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+
+    @contextmanager
+    def bar(self, total: int, label: str) -> Iterator[Callable[[str], None]]:
+        """``with progress.bar(n, "training") as step: ... step("lstm n=4 seed 0")``."""
+        if not self.enabled:
+            yield lambda desc="": None
+            return
+        from tqdm import tqdm
+
+        with tqdm(total=total, desc=label, file=self.stream, leave=True, dynamic_ncols=True) as t:
+
+            def step(desc: str = "") -> None:
+                if desc:
+                    t.set_postfix_str(desc, refresh=False)
+                t.update(1)
+
+            yield step
+
+
+@dataclass
+class Context:
+    """What :meth:`Study.measure` and :meth:`Study.report` are given: the profile's name and
+    settings, the seeds, the output folder, the store and the progress bars."""
+
+    profile: str
+    settings: dict[str, Any]
+    seeds: list[int]
+    out: Path
+    store: ResultStore
+    progress: Progress
+    skipped: int = 0
+    ran: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def once(self, key: str, fn: Callable[[], Any]) -> Any:
+        """The record under ``key``: read back when a previous run stored it, else computed by
+        ``fn()`` and stored at once."""
+        if key in self.store:
+            self.skipped += 1
+            return self.store.get(key)
+        value = fn()
+        self.store.put(key, value)
+        self.ran += 1
+        return value
+
+    def figure(self, name: str) -> Path:
+        """The path of figure ``name`` (a PNG in the output folder)."""
+        return self.out / name
+
+
+class Study:
+    """A claim or question of the source documents, answered by a rerunnable experiment.
+
+    ``claim``: one sentence, the documents' claim or question, naming the document it comes
+    from (``004_*`` question 2); ``questions``: which of issue 25's claims and questions it
+    answers; ``profiles``: ``tiny`` (seconds: CI), ``quick`` (≤ 10 minutes on a 2-core CPU)
+    and ``full``."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    claim: ClassVar[str] = ""
+    questions: ClassVar[tuple[str, ...]] = ()
+    profiles: ClassVar[dict[str, Profile]] = {}
+    default_seeds: ClassVar[int] = 3
+
+    def setup(self, ctx: Context) -> str:
+        """The report's setup paragraph (models, data, steps, machine)."""
+        raise NotImplementedError
+
+    def measure(self, ctx: Context) -> None:
+        """Record every condition through ``ctx.once(key, fn)``."""
+        raise NotImplementedError
+
+    def report(self, ctx: Context) -> tuple[list[Section], list[str]]:
+        """The report's sections and its conclusions (sentences computed from the records)."""
+        raise NotImplementedError
+
+    def run(
+        self,
+        profile: str = "tiny",
+        seeds: int | None = None,
+        out_dir: str | Path = ".",
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        """Measure (skipping what ``out_dir/results.json`` already holds), then write
+        ``results.json``, the figures and ``report.md``; returns results.json's content."""
+        if profile not in self.profiles:
+            raise ValueError(
+                f"--profile {profile!r} is invalid for study {self.name!r}: expected one of "
+                + ", ".join(self.profiles)
+            )
+        n = self.default_seeds if seeds is None else seeds
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"--seeds {seeds!r} is invalid: expected an int >= 1")
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        settings = dict(self.profiles[profile].settings)
+        store = ResultStore(out / RESULTS, self.name, profile, settings)
+        ctx = Context(profile, settings, list(range(n)), out, store, progress or Progress())
+        start = time.perf_counter()
+        self.measure(ctx)
+        sections, conclusions = self.report(ctx)
+        seconds = time.perf_counter() - start
+        store.save(seeds=ctx.seeds, conclusions=conclusions, seconds=round(seconds, 1))
+        atomic_write_bytes(out / REPORT, self.render(ctx, sections, conclusions).encode())
+        return store.data
+
+    def render(self, ctx: Context, sections: list[Section], conclusions: list[str]) -> str:
+        """report.md: the claim, the setup, the sections, the conclusions."""
+        lines = [
+            f"# {self.title}",
+            "",
+            f"**Claim.** {self.claim}",
+            "",
+            f"**Answers** (issue 25): {'; '.join(self.questions)}.",
+            "",
+            "## Setup",
+            "",
+            f"Profile `{ctx.profile}`, seeds {ctx.seeds[0]}..{ctx.seeds[-1]} "
+            f"({len(ctx.seeds)}). " + self.setup(ctx),
+            "",
+            f"Command: `tfam study {self.name} --profile {ctx.profile} --seeds {len(ctx.seeds)} "
+            f"--out {ctx.out}`",
+            "",
+        ]
+        for s in sections:
+            lines += [f"## {s.heading}", "", s.body.rstrip(), ""]
+        lines += ["## Conclusion", ""]
+        lines += [f"- {c}" for c in conclusions]
+        lines += [""]
+        lines += [
+            "Means ± sample standard deviation over seeds; a difference counts only when it "
+            "exceeds twice its standard error (tfam.studies.stats.compare).",
+            "",
+        ]
+        lines += ctx.notes
+        return "\n".join(lines).rstrip() + "\n"
+
+
+STUDIES: dict[str, type[Study]] = {}
+
+
+def register_study(cls: type[Study]) -> type[Study]:
+    """Class decorator: make ``cls`` runnable as ``tfam study <cls.name>``."""
+    if not cls.name or not cls.claim or not cls.title:
+        raise ValueError(f"{cls.__name__}: a study needs a name, a title and a claim")
+    missing = [p for p in PROFILES if p not in cls.profiles]
+    if missing:
+        raise ValueError(f"{cls.__name__}: profiles {missing} are missing (need {PROFILES})")
+    STUDIES[cls.name] = cls
+    return cls
+
+
+def get_study(name: str) -> Study:
+    """The registered study ``name``; an unknown name is one line listing the valid ones."""
+    if name not in STUDIES:
+        raise ValueError(f"study {name!r} is unknown: expected one of {', '.join(sorted(STUDIES))}")
+    return STUDIES[name]()
+
+
+def md_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
+    """A markdown table (cells as given, str() of each)."""
+    head = list(header)
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
