@@ -991,8 +991,9 @@ _SPEECH_RECIPES = {
         note="speech_digits_tag: 2x subsampling, local attention +-16 frames; 40 minutes",
     ),
     "utterance-classification": Recipe(
-        preset="speech_digits_speaker", train={**_SPEECH_TRAIN, "label_smoothing": 0.1},
-        threads=2, note="speech_digits_speaker: 4x subsampling, mean pool; 40 minutes",
+        preset="speech_digits_speaker",
+        train={**_SPEECH_TRAIN, "epochs": 80, "label_smoothing": 0.1},
+        threads=2, note="speech_digits_speaker: 4x subsampling, mean pool, 80 epochs; 40 minutes",
     ),
     "ctc": Recipe(
         preset="speech_digits_ctc", train=_SPEECH_TRAIN, threads=2,
