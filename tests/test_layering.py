@@ -33,8 +33,9 @@ ALLOWED: dict[str, set[str]] = {
     "interop": {"config", "fileio", "layers", "models", "data"},  # data: the MiniLM's files
     "viz": {"config", "fileio", "layers", "models", "data"},
     "explain": {"config", "fileio", "layers", "models"},
-    # The complexity lab (tfam bench): attention kernels and their cost(), beside explain.
-    "bench": {"config", "fileio", "layers"},
+    # The complexity lab (tfam bench): attention kernels and their cost(), beside explain; the
+    # long-sequence lab (bench/long_sequences.py) also trains models on data sets.
+    "bench": {"config", "fileio", "layers", "models", "data"},
     # The studies (tfam study): experiments that call models, training, the bench and viz.
     "studies": {
         "config",

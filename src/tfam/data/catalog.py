@@ -31,6 +31,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from tfam.data.sources.bytetext import BYTETEXT_INFO, load_bytetext
 from tfam.data.sources.charlm import KJV_CHARS_INFO, load_kjv_chars
 from tfam.data.sources.files import load_user_text
 from tfam.data.sources.folder import FOLDER_VAL_FRACTION, ImageFolder, scan_folder
@@ -46,6 +47,8 @@ from tfam.data.sources.images import (
 )
 from tfam.data.sources.karate import KARATE_INFO, load_karate
 from tfam.data.sources.nci import NCI_SPLITS, load_nci_tpsa, nci_tpsa_info
+from tfam.data.sources.listops import LISTOPS_INFO, load_listops
+from tfam.data.sources.pathfinder import PATHFINDER_INFO, load_pathfinder
 from tfam.data.sources.pixels import PixelInfo, load_folder_pixels, load_pixels, pixels_info
 from tfam.data.sources.sentiment import SENTIMENT_INFO, load_sentiment
 from tfam.data.sources.seq2seq import (
@@ -1170,3 +1173,52 @@ register_dataset(
         aliases=("tpsa",),
     )
 )
+
+
+# Long Range Arena-style tasks (Tay et al. 2020) that tfam generates or cuts itself (none is LRA's
+# data; each module says how it differs): sequences of ids after <cls>, one label each, for a
+# BERT-style encoder with any attention kernel (benchmarks/bench_long_sequences.py trains every
+# kernel on them). The recipe is a small encoder in LRA's shape (CLS pooling), not tuned here.
+def _lra_recipe(max_positions: int, note: str) -> Recipe:
+    return Recipe(
+        preset="bert_base",
+        model={
+            "dim": 64,
+            "depth": 2,
+            "heads": 4,
+            "ffn_dim": 128,
+            "max_positions": max_positions,
+            "dropout": 0.1,
+            "attn_dropout": 0.0,  # the approximate and chunked kernels refuse attention dropout
+        },
+        train={
+            "epochs": 5,
+            "batch_size": 32,
+            "lr": 1e-3,
+            "min_lr": 1e-5,
+            "weight_decay": 0.01,
+            "warmup_epochs": 0.5,
+            "label_smoothing": 0.0,
+            "clip_grad": 1.0,
+            "max_minutes": 30.0,
+        },
+        note=note,
+    )
+
+
+for _name, _info, _load, _max in (
+    ("listops", LISTOPS_INFO, load_listops, 1000),
+    ("lra-text", BYTETEXT_INFO, load_bytetext, 1001),
+    ("pathfinder32", PATHFINDER_INFO, load_pathfinder, 1025),
+):
+    register_dataset(
+        DatasetEntry(
+            name=_name,
+            task="sequence-classification",
+            info=_info,
+            loader=lambda split, root=None, seed=0, _load=_load: _load(split),
+            recipe=_lra_recipe(_max, f"a small LRA-shaped encoder (D=64, 2 blocks) on {_name}"),
+            splits=TEXT_SPLITS,
+            train_split="train",
+        )
+    )
