@@ -45,6 +45,7 @@ class HeadsStudy(Study):
                 batch=8,
                 lr=3e-3,
                 translation="reverse",
+                vocab=20,
                 n_train=32,
                 n_test=8,
                 max_len=16,
@@ -60,19 +61,20 @@ class HeadsStudy(Study):
                 heads=[1, 2, 4, 8, 16],
                 dim=64,
                 depth=2,
-                steps=250,
+                steps=120,
                 batch=32,
                 lr=2e-3,
                 translation="kjv-rv",
+                vocab=2000,
                 n_train=6000,
-                n_test=300,
+                n_test=200,
                 max_len=40,
-                decode=100,
+                decode=50,
                 speech="spoken-digits",
-                speech_test=120,
-                speech_steps=120,
+                speech_test=60,
+                speech_steps=60,
             ),  # fmt: skip
-            expected="~10 min",
+            expected="~10 min (sized from measured step times)",
         ),
         "full": Profile(
             dict(
@@ -83,6 +85,7 @@ class HeadsStudy(Study):
                 batch=64,
                 lr=1e-3,
                 translation="kjv-rv",
+                vocab=8000,
                 n_train=20000,
                 n_test=1000,
                 max_len=64,
@@ -124,7 +127,9 @@ class HeadsStudy(Study):
                 key = f"{task}/heads={heads}/seed{seed}"
                 if key not in ctx.store and task not in data:
                     data[task] = (
-                        translation_data(s["translation"], s["n_train"], s["n_test"], s["max_len"])
+                        translation_data(
+                            s["translation"], s["n_train"], s["n_test"], s["max_len"], s["vocab"]
+                        )
                         if task == "translation"
                         else speech_data(s["speech"], s["speech_test"])
                     )

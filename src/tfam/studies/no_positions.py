@@ -79,6 +79,7 @@ class NoPositionsStudy(Study):
                 batch=8,
                 lr=3e-3,
                 translation="reverse",
+                vocab=20,
                 n_train=32,
                 n_test=8,
                 max_len=16,
@@ -96,21 +97,22 @@ class NoPositionsStudy(Study):
                 dim=64,
                 depth=2,
                 heads=4,
-                steps=250,
-                tag_steps=150,
+                steps=120,
+                tag_steps=100,
                 batch=32,
                 lr=2e-3,
                 translation="kjv-rv",
+                vocab=2000,
                 n_train=6000,
-                n_test=300,
+                n_test=200,
                 max_len=40,
-                decode=100,
+                decode=50,
                 tagging="turkish-pos",
                 tag_train=3881,
-                tag_test=300,
+                tag_test=200,
                 tag_max_len=128,
             ),  # fmt: skip
-            expected="~10 min",
+            expected="~10 min (sized from measured step times)",
         ),
         "full": Profile(
             dict(
@@ -123,6 +125,7 @@ class NoPositionsStudy(Study):
                 batch=64,
                 lr=1e-3,
                 translation="kjv-rv",
+                vocab=8000,
                 n_train=20000,
                 n_test=1000,
                 max_len=64,
@@ -169,7 +172,9 @@ class NoPositionsStudy(Study):
                 key = f"{task}/{scheme}/seed{seed}"
                 if key not in ctx.store and task not in data:
                     data[task] = (
-                        translation_data(s["translation"], s["n_train"], s["n_test"], s["max_len"])
+                        translation_data(
+                            s["translation"], s["n_train"], s["n_test"], s["max_len"], s["vocab"]
+                        )
                         if task == "translation"
                         else tagging_data(s["tagging"], s["tag_train"], s["tag_test"])
                     )

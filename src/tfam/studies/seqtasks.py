@@ -41,11 +41,15 @@ def _spread(n_items: int, n: int) -> list[int]:
 
 
 @functools.lru_cache(maxsize=4)
-def translation_data(source: str, n_train: int, n_test: int, max_len: int) -> tuple[Any, Any] | str:
+def translation_data(
+    source: str, n_train: int, n_test: int, max_len: int, vocab: int = 8000
+) -> tuple[Any, Any] | str:
     """(train, test) :class:`~tfam.data.sources.seq2seq.Seq2SeqDataset` s, or why they are not
     here. ``kjv-rv``: ``n_train`` training verse pairs drawn once (seed 0) from those whose
     English and Spanish fit ``max_len`` tokens, and ``n_test`` verses spread over the held-out
-    books (longer ones dropped); ``reverse``: the symbol-reversal task (tiny profiles)."""
+    books (longer ones dropped), tokenized by kjv-rv's joint BPE of ``vocab`` ids (trained once
+    and cached: a smaller vocabulary makes the output layer cheaper); ``reverse``: the
+    symbol-reversal task (tiny profiles)."""
     from tfam.data.sources.seq2seq import Seq2SeqDataset, load_symbol_task
 
     if source == "reverse":
@@ -57,7 +61,7 @@ def translation_data(source: str, n_train: int, n_test: int, max_len: int) -> tu
 
     try:
         train_pairs, test_pairs = kjv_rv_pairs("train"), kjv_rv_pairs("test")
-        tok = kjv_rv_tokenizer()
+        tok = kjv_rv_tokenizer(vocab)
     except FileNotFoundError as err:
         return str(err).splitlines()[0]
     # ~4 characters per BPE token: a cheap pre-filter before encoding, max_len decides.
