@@ -53,6 +53,7 @@ class HeadsStudy(Study):
                 speech="synthetic",
                 speech_test=8,
                 speech_steps=2,
+                speech_batch=8,
             ),  # fmt: skip
             expected="~4 s (stand-in data: the reverse task, synthetic frames)",
         ),
@@ -73,6 +74,7 @@ class HeadsStudy(Study):
                 speech="spoken-digits",
                 speech_test=60,
                 speech_steps=60,
+                speech_batch=16,
             ),  # fmt: skip
             expected="~10 min (sized from measured step times)",
         ),
@@ -93,6 +95,7 @@ class HeadsStudy(Study):
                 speech="spoken-digits",
                 speech_test=434,
                 speech_steps=1500,
+                speech_batch=32,
             ),  # fmt: skip
             expected="~3 h (not measured)",
         ),
@@ -111,7 +114,8 @@ class HeadsStudy(Study):
             f"{s['decode']}. "
             f"Speech ({s['speech']}): tfam's speech encoder (N={s['depth']}, truncated "
             f"attention of 16 frames each side, 2x subsampling) trained {s['speech_steps']} "
-            "steps to tag each 10 ms frame with its digit word or silence (SpecAugment), "
+            f"steps of {s['speech_batch']} utterances to tag each 10 ms frame with its digit "
+            "word or silence (SpecAugment), "
             f"scored on {s['speech_test']} utterances of held-out voices. "
             + ("The tiny profile runs stand-in data (the reverse task, synthetic frames): its "
                "numbers only check the code. " if ctx.profile == "tiny" else "")
@@ -141,7 +145,8 @@ class HeadsStudy(Study):
                 def run(task: str = task, heads: int = heads, seed: int = seed) -> dict[str, Any]:
                     if task == "translation":
                         return train_translation(data[task], s, seed, heads=heads)
-                    return train_speech(data[task], {**s, "steps": s["speech_steps"]}, seed,
+                    sp = {**s, "steps": s["speech_steps"], "batch": s["speech_batch"]}
+                    return train_speech(data[task], sp, seed,
                                         heads=heads)  # fmt: skip
 
                 ctx.once(key, run)
