@@ -107,7 +107,9 @@ def linear_probe(
     classes = int(max(y_train.max(), y_test.max())) + 1
     w = torch.zeros(a.shape[1], classes, dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(classes, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([w, bias], max_iter=200, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        [w, bias], max_iter=100, tolerance_change=1e-7, line_search_fn="strong_wolfe"
+    )
 
     def closure() -> Tensor:
         opt.zero_grad()
