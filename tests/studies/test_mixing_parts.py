@@ -78,3 +78,19 @@ def test_hidden_positions_are_inner_and_never_unk():
     kept, where = hidden_positions(rows, unk=1)
     assert len(kept) == 2 and where[1] == 1
     assert all(0 < t < len(r) - 1 and int(r[t]) != 1 for r, t in zip(kept, where))
+
+
+def test_a_bert_of_causal_blocks_reads_no_later_token():
+    torch.manual_seed(0)
+    bert = create_model("bert", vocab_size=11, dim=16, depth=1, heads=2, max_positions=8,
+                        ffn_dim=32, dropout=0.0, attn_dropout=0.0).eval()  # fmt: skip
+    x = torch.tensor([[1, 5, 6, 7, 8, 2]])
+    y = x.clone()
+    y[0, -1] = 9
+    mask = torch.ones_like(x, dtype=torch.bool)
+    with torch.no_grad():
+        assert (bert(x, attention_mask=mask) - bert(y, attention_mask=mask))[:, :-1].abs().max() > 0
+        set_causal(bert.encoder, True)
+        assert (bert(x, attention_mask=mask) - bert(y, attention_mask=mask))[
+            :, :-1
+        ].abs().max() == 0
