@@ -10,6 +10,8 @@ from tfam.studies.base import PROFILES, STUDIES, Profile, Progress, Study, get_s
 from tfam.studies.stats import compare, summarize
 
 # Registration: one import per study module.
+import tfam.studies.bert_vs_gpt  # noqa: E402,F401  isort: skip
+import tfam.studies.block_mixing  # noqa: E402,F401  isort: skip
 import tfam.studies.ffn_sharing  # noqa: E402,F401  isort: skip
 import tfam.studies.heads  # noqa: E402,F401  isort: skip
 import tfam.studies.no_positions  # noqa: E402,F401  isort: skip
