@@ -46,8 +46,8 @@ from tfam.data.sources.images import (
     load_fashion_mnist,
 )
 from tfam.data.sources.karate import KARATE_INFO, load_karate
-from tfam.data.sources.nci import NCI_SPLITS, load_nci_tpsa, nci_tpsa_info
 from tfam.data.sources.listops import LISTOPS_INFO, load_listops
+from tfam.data.sources.nci import NCI_SPLITS, load_nci_tpsa, nci_tpsa_info
 from tfam.data.sources.pathfinder import PATHFINDER_INFO, load_pathfinder
 from tfam.data.sources.pixels import PixelInfo, load_folder_pixels, load_pixels, pixels_info
 from tfam.data.sources.sentiment import SENTIMENT_INFO, load_sentiment
