@@ -105,8 +105,8 @@ class LongSequencesStudy(Study):
                 isolate=False,
                 steps=2,
                 batch_size=4,
-                train_size=16,
-                test_size=8,
+                train_size=8,
+                test_size=4,
                 listops_lengths=[8, 32],
                 text_length=256,
                 image_size=16,
@@ -122,15 +122,16 @@ class LongSequencesStudy(Study):
         # dense mask, flex trains through chunked on a CPU: full runs them), short sequences
         # (ListOps 16-64 tokens, 64 bytes, 16 x 16 pixels), 150 steps of 32 at lr 5e-3, one
         # layer: sized from step times measured on the shared CPU (300 such steps took 7-10 s
-        # of CPU for listops and lra-text and learned both above their majority class).
+        # of CPU for listops and lra-text and learned both above their majority class);
+        # generating a Pathfinder-like image takes ~0.05-0.1 s, so 1,400 of them.
         "quick": Profile(
             dict(
                 kernels=QUICK_KERNELS,
                 isolate=False,
                 steps=150,
                 batch_size=32,
-                train_size=2000,
-                test_size=300,
+                train_size=1200,
+                test_size=200,
                 listops_lengths=[16, 64],
                 text_length=64,
                 image_size=16,
