@@ -108,6 +108,8 @@ class FFNSharingStudy(Study):
             # Sized from step times measured on the shared CPU: N=4, D=64, 16 x 64 characters
             # took 0.76 s a step under load; 16 x 32 characters halve that.
             expected="~6-8 min on a quiet 2-core CPU (longer when shared)",
+            measured="582 s on the 2-core CPU shared with 7 other runs (load up to 20, paused by "
+            "a scheduler; seed 0's separate model alone took 411 s of it, seeds 1-2 10-17 s)",
         ),
         "full": Profile(
             dict(

@@ -172,6 +172,8 @@ class RecurrenceStudy(Study):
             # Sized from step times measured on the shared CPU (load ~12): recall 200 steps at
             # L=64 took 33 s (LSTM) and 60 s (Transformer); throughput ~50 s a seed.
             expected="~6-8 min on a quiet 2-core CPU (longer when shared)",
+            measured="618 s on the 2-core CPU shared with 7 other runs (load up to 20, paused by "
+            "a scheduler); its throughput records of seeds 0-1 were remeasured (26 s)",
         ),
         "full": Profile(
             dict(
