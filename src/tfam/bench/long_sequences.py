@@ -30,6 +30,7 @@ may hide part of the rise: ``isolate=True`` avoids it).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -110,7 +111,7 @@ def load_task(task: str, split: str, profile: Profile, size: int) -> SequenceSet
         lo, hi = profile.listops_lengths
         return load_listops(split, size=size, min_length=lo, max_length=hi)
     if task == "lra-text":
-        data = load_bytetext(split, length=profile.text_length)
+        data = _bytetext(split, profile.text_length)
     elif task == "pathfinder32":
         data = load_pathfinder(split, size=size, image_size=profile.image_size)
     else:
@@ -121,6 +122,13 @@ def load_task(task: str, split: str, profile: Profile, size: int) -> SequenceSet
             data.ids[keep, 1:], data.labels[keep], data.classes, data.vocab, name=data.name
         )
     return data
+
+
+@functools.lru_cache(maxsize=4)
+def _bytetext(split: str, length: int) -> SequenceSet:
+    """The whole ``split`` of lra-text, built once a process: building it (every passage's
+    bytes as ids) costs seconds, and every point of a run asks for it again."""
+    return load_bytetext(split, length=length)
 
 
 def kernel_options(kernel: str, length: int) -> dict[str, Any]:

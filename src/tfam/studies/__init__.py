@@ -16,6 +16,7 @@ import tfam.studies.ffn_sharing  # noqa: E402,F401  isort: skip
 import tfam.studies.heads  # noqa: E402,F401  isort: skip
 import tfam.studies.no_positions  # noqa: E402,F401  isort: skip
 import tfam.studies.flash  # noqa: E402,F401  isort: skip
+import tfam.studies.long_sequences  # noqa: E402,F401  isort: skip
 import tfam.studies.positions  # noqa: E402,F401  isort: skip
 import tfam.studies.recurrence  # noqa: E402,F401  isort: skip
 
