@@ -13,6 +13,7 @@ from tfam.studies.stats import compare, summarize
 import tfam.studies.fc_vs_attention  # noqa: E402,F401  isort: skip
 import tfam.studies.ffn_sharing  # noqa: E402,F401  isort: skip
 import tfam.studies.flash  # noqa: E402,F401  isort: skip
+import tfam.studies.ln_vs_bn  # noqa: E402,F401  isort: skip
 import tfam.studies.positions  # noqa: E402,F401  isort: skip
 import tfam.studies.recurrence  # noqa: E402,F401  isort: skip
 
