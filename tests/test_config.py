@@ -87,7 +87,7 @@ BAD_VALUES = [
     ({"image_size": (8, 12), "patch_size": (4, 5)}, "patch_size", (4, 5), ["12"]),
     ({"dim": 10, "heads": 3}, "heads", 3, ["dim=10", "divisible"]),
     ({"activation": "tanh"}, "activation", "tanh", ["'gelu'", "'swiglu'"]),
-    ({"norm": "batchnorm"}, "norm", "batchnorm", ["'layernorm'", "'rmsnorm'"]),
+    ({"norm": "groupnorm"}, "norm", "groupnorm", ["'layernorm'", "'batchnorm'", "'none'"]),
     ({"pool": "max"}, "pool", "max", ["'cls'", "'mean'"]),
     ({"position": "rope2d"}, "position", "rope2d", ["'learned'", "'none'"]),
     ({"attention": "flash3"}, "attention", "flash3", ["'math'", "'sdpa'"]),

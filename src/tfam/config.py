@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "quick_gelu", "silu", "swiglu", "geglu")
-NORMS = ("layernorm", "rmsnorm")
+# "batchnorm" normalises each feature over the batch's tokens (tfam.layers.norm.TokenBatchNorm).
+NORMS = ("layernorm", "rmsnorm", "batchnorm", "none")
 POOLS = ("cls", "mean")
 # How a position scheme acts: added to the tokens, rotating Q and K, a bias on the scores, or not
 # at all; and what it indexes: a 1-D sequence, a 2-D patch grid, or either.

@@ -17,6 +17,7 @@ from tfam.layers import (
     FeedForward,
     LayerNorm,
     RMSNorm,
+    TokenBatchNorm,
     TransformerStack,
     make_norm,
 )
@@ -278,12 +279,40 @@ def test_layernorm_equals_formula(rng):
     torch.testing.assert_close(norm(x), expected, rtol=1e-12, atol=1e-12)
 
 
+def test_token_batchnorm_equals_formula(rng):
+    """Training: each feature over all B * L tokens (biased variance); evaluation: the running
+    statistics, which one training step moved by momentum 0.1 (unbiased variance)."""
+    norm = randomize_(TokenBatchNorm(7, eps=1e-5).double(), rng)
+    x = torch.randn(3, 4, 7, generator=rng, dtype=torch.float64) * 3 + 1
+    flat = x.reshape(-1, 7)
+    mu, var = flat.mean(0), flat.var(0, unbiased=False)
+    expected = (x - mu) / torch.sqrt(var + 1e-5) * norm.weight + norm.bias
+    torch.testing.assert_close(norm.train()(x), expected, rtol=1e-12, atol=1e-12)
+    run_mu, run_var = 0.1 * mu, 0.9 + 0.1 * flat.var(0, unbiased=True)
+    expected = (x - run_mu) / torch.sqrt(run_var + 1e-5) * norm.weight + norm.bias
+    torch.testing.assert_close(norm.eval()(x), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_batchnorm_mixes_padding_into_real_tokens_layernorm_does_not(rng):
+    """The same real tokens, padded with more zero tokens: a training-mode BatchNorm's output
+    for them changes (the padding enters its statistics); LayerNorm's and an evaluation-mode
+    BatchNorm's are identical."""
+    x = torch.randn(2, 5, 6, generator=rng, dtype=torch.float64)
+    padded = torch.cat([x, torch.zeros(2, 7, 6, dtype=torch.float64)], dim=1)
+    bn, ln = TokenBatchNorm(6).double(), LayerNorm(6).double()
+    assert (bn.train()(padded)[:, :5] - bn(x)).abs().max() > 1e-2
+    assert torch.equal(ln(padded)[:, :5], ln(x))
+    assert torch.equal(bn.eval()(padded)[:, :5], bn(x))
+
+
 def test_make_norm():
     assert isinstance(make_norm("layernorm", 4), LayerNorm)
     assert isinstance(make_norm("rmsnorm", 4, eps=1e-5), RMSNorm)
     assert make_norm("rmsnorm", 4, eps=1e-5).eps == 1e-5
-    with pytest.raises(ValueError, match=r"norm='batchnorm'.*'layernorm'.*'rmsnorm'"):
-        make_norm("batchnorm", 4)
+    assert isinstance(make_norm("batchnorm", 4, eps=1e-5), TokenBatchNorm)
+    assert isinstance(make_norm("none", 4), torch.nn.Identity)
+    with pytest.raises(ValueError, match=r"norm='groupnorm'.*'layernorm'.*'rmsnorm'.*'batchnorm'"):
+        make_norm("groupnorm", 4)
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "swiglu"])

@@ -28,7 +28,7 @@ import torch
 
 import tfam
 from tfam.config import POSITION_SCHEMES
-from tfam.layers import MultiHeadAttention, TransformerStack
+from tfam.layers import MultiHeadAttention, TokenBatchNorm, TransformerStack
 from tfam.layers.kernels import KERNELS
 from tfam.models import (
     MODEL_CLASSES,
@@ -280,3 +280,31 @@ def test_every_kernel_in_every_family(family, kernel):
         torch.testing.assert_close(out, reference, rtol=1e-10, atol=1e-10)
         for name, grad in grads.items():
             torch.testing.assert_close(grad, reference_grads[name], rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("family", ATTENDING)
+def test_batchnorm_in_every_family(family):
+    """norm='batchnorm' (each feature over the batch's tokens) builds in every family with
+    blocks: every norm is a TokenBatchNorm, forward and backward are finite in training mode,
+    and evaluation (running statistics) gives finite outputs."""
+    torch.manual_seed(0)
+    model = small(family, norm="batchnorm", **few_ids(smallest_preset(family)))
+    kinds = (torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.BatchNorm1d)
+    norms = [m for m in model.modules() if isinstance(m, kinds)]
+    assert norms and all(isinstance(m, TokenBatchNorm) for m in norms)
+    inputs = model.example_inputs(2)
+    out, grads = _output_and_grads(model.train(), inputs)
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads.values())
+    with torch.no_grad():
+        assert torch.isfinite(model.eval()(*inputs)).all()
+
+
+@pytest.mark.parametrize("norm", ["batchnorm", "none"])
+def test_explain_counts_batchnorm_and_no_norm(norm):
+    """explain claims every parameter once with either norm (a ViT and a BERT)."""
+    for family in ("vit", "bert"):
+        model = small(family, norm=norm, **few_ids(smallest_preset(family)))
+        if norm == "none":
+            kinds = (torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.BatchNorm1d)
+            assert not any(isinstance(m, kinds) for m in model.modules())
+        assert tfam.explain(model).total_params == sum(p.numel() for p in model.parameters())

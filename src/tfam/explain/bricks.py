@@ -97,7 +97,13 @@ def position_network_flops(ex: Explainer, scheme: nn.Module) -> int:
 
 def norm_row(ex: Explainer, norm: nn.Module, block: str, step: str, L: str) -> ExplainRow:
     call = ex.trace.call(norm)
-    kind = "RMSNorm" if isinstance(norm, nn.RMSNorm) else "LayerNorm"
+    if isinstance(norm, nn.BatchNorm1d):
+        note = "BatchNorm of each feature over the batch's tokens (running statistics at inference)"
+    elif isinstance(norm, nn.Identity):
+        note = "no norm (norm='none'): the identity"
+    else:
+        kind = "RMSNorm" if isinstance(norm, nn.RMSNorm) else "LayerNorm"
+        note = f"{kind} of each token over its D features (not over the batch)"
     return ExplainRow(
         step,
         call.inputs[0],
@@ -107,7 +113,7 @@ def norm_row(ex: Explainer, norm: nn.Module, block: str, step: str, L: str) -> E
         ex.claim(f"block {block} {step}", norm),
         norm_flops(norm, call.output),
         block,
-        note=f"{kind} of each token over its D features (not over the batch)",
+        note=note,
     )
 
 

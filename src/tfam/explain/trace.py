@@ -238,6 +238,10 @@ def norm_flops(module: nn.Module, shape: Shape) -> int:
         return FLOPS_PER_ELEMENT["layernorm"] * numel(shape)
     if isinstance(module, nn.RMSNorm):
         return FLOPS_PER_ELEMENT["rmsnorm"] * numel(shape)
+    if isinstance(module, nn.BatchNorm1d):  # at inference: one scale and shift per feature
+        return FLOPS_PER_ELEMENT["batchnorm"] * numel(shape)
+    if isinstance(module, nn.Identity):  # norm="none"
+        return 0
     raise TypeError(f"explain has no FLOP count for the norm {module!r}")
 
 

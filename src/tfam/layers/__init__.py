@@ -36,7 +36,7 @@ from tfam.layers.masks import (
     padding_mask,
     window_mask,
 )
-from tfam.layers.norm import LayerNorm, RMSNorm, make_norm
+from tfam.layers.norm import LayerNorm, RMSNorm, TokenBatchNorm, make_norm
 from tfam.layers.performer import PerformerKernel
 from tfam.layers.position import (
     ALiBi,
@@ -102,6 +102,7 @@ __all__ = [
     "PatchEmbed",
     "PatchMerging",
     "RMSNorm",
+    "TokenBatchNorm",
     "RelativePosition",
     "RelativePositionBias",
     "StackCache",

@@ -163,7 +163,7 @@ class TfamModel(nn.Module, ABC):
                 nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm | nn.RMSNorm):
+            elif isinstance(module, nn.LayerNorm | nn.RMSNorm | nn.BatchNorm1d):
                 if module.weight is not None:
                     nn.init.ones_(module.weight)
                 if getattr(module, "bias", None) is not None:

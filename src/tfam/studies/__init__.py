@@ -12,11 +12,13 @@ from tfam.studies.stats import compare, summarize
 # Registration: one import per study module.
 import tfam.studies.bert_vs_gpt  # noqa: E402,F401  isort: skip
 import tfam.studies.block_mixing  # noqa: E402,F401  isort: skip
+import tfam.studies.fc_vs_attention  # noqa: E402,F401  isort: skip
 import tfam.studies.ffn_sharing  # noqa: E402,F401  isort: skip
-import tfam.studies.heads  # noqa: E402,F401  isort: skip
-import tfam.studies.no_positions  # noqa: E402,F401  isort: skip
 import tfam.studies.flash  # noqa: E402,F401  isort: skip
+import tfam.studies.heads  # noqa: E402,F401  isort: skip
+import tfam.studies.ln_vs_bn  # noqa: E402,F401  isort: skip
 import tfam.studies.long_sequences  # noqa: E402,F401  isort: skip
+import tfam.studies.no_positions  # noqa: E402,F401  isort: skip
 import tfam.studies.positions  # noqa: E402,F401  isort: skip
 import tfam.studies.recurrence  # noqa: E402,F401  isort: skip
 
