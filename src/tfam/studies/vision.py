@@ -177,6 +177,13 @@ class VisionStudy(Study):
 
     def measure(self, ctx: Context) -> None:
         s = ctx.settings
+        # FLOPs first: seconds, no training (a run cut short still has them).
+        models = dict(small_flops_models(s), **(PAPER if s["paper"] else {}))
+        for title, (preset, over) in models.items():
+            sizes = s["sizes_paper"] if title in PAPER else s["sizes_small"]
+            for size in sizes:
+                ctx.once(f"flops/{title}/{size}",
+                         lambda p=preset, o=over, z=size: explain_flops(p, z, **o))  # fmt: skip
         train, test = fashion("train"), fashion("test")
         teacher = self.teacher(ctx, train, test)
         jobs = [(k, seed) for seed in ctx.seeds for k in STUDENTS]
@@ -196,12 +203,6 @@ class VisionStudy(Study):
 
                 ctx.once(f"{kind}/seed{seed}", run)
                 step(f"{kind} seed {seed}")
-        models = dict(small_flops_models(s), **(PAPER if s["paper"] else {}))
-        for title, (preset, over) in models.items():
-            sizes = s["sizes_paper"] if title in PAPER else s["sizes_small"]
-            for size in sizes:
-                ctx.once(f"flops/{title}/{size}",
-                         lambda p=preset, o=over, z=size: explain_flops(p, z, **o))  # fmt: skip
 
     def acc(self, ctx: Context, kind: str) -> list[float]:
         return [ctx.store.get(f"{kind}/seed{sd}")["test_acc"] for sd in ctx.seeds]
