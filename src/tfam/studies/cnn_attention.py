@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import tfam
+from tfam.models import create_model
 from tfam.studies.base import Context, Profile, Section, Study, md_table, register_study
 from tfam.studies.common import machine, seeded
 from tfam.studies.images import fashion, image_accuracy, parameters, stratified, train_images
@@ -49,7 +49,7 @@ def build_model(kind: str, s: dict[str, Any]) -> nn.Module:
     classes); built from tfam's Fashion-MNIST presets with the study's widths."""
     if kind == "cnn":
         w = list(s["cnn_widths"])
-        return tfam.create_model("resnet_fashion_mnist", embedding_size=w[0], hidden_sizes=w,
+        return create_model("resnet_fashion_mnist", embedding_size=w[0], hidden_sizes=w,
                                  depths=[1] * len(w))  # fmt: skip
     vit = dict(class_token=False, pool="mean", dim=s["dim"], ffn_dim=2 * s["dim"],
                heads=s["heads"], depth=s["depth"])  # fmt: skip
@@ -59,7 +59,7 @@ def build_model(kind: str, s: dict[str, Any]) -> nn.Module:
                    attention_options={"window": 1, "grid": [GRID, GRID], "prefix": 0})  # fmt: skip
     elif kind != "vit":
         raise ValueError(f"model {kind!r} is invalid: expected one of {', '.join(MODELS)}")
-    return tfam.create_model("vit_fashion_mnist", **vit)
+    return create_model("vit_fashion_mnist", **vit)
 
 
 def dependencies(kind: str, depth: int, dim: int = 8, seed: int = 0) -> Tensor:

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import tfam
 from tfam.data.sources.images import ImageDataset
+from tfam.explain import explain
 from tfam.training import TrainConfig, Trainer
 from tfam.training.evaluation import evaluate
 
@@ -119,7 +119,7 @@ def explain_flops(name: str, size: int, **overrides: Any) -> dict[str, int]:
     """``tfam.explain``'s FLOPs of preset ``name`` at ``size`` x ``size`` pixels (meta device,
     one image; a multiply-add = 2 FLOPs), in total and in its attention rows (scores, bias,
     softmax, weighted sum: as benchmarks/bench_swin_flops.py sums them)."""
-    table = tfam.explain(name, image_size=size, blocks="all", **overrides)
+    table = explain(name, image_size=size, blocks="all", **overrides)
     steps = ("scores", "+ relative position bias", "softmax", "weighted sum")
     attn = sum(r.flops for r in table.rows if r.level == 1 and r.step.startswith(steps))
     return {"flops": table.total_flops, "attention_flops": attn, "parameters": table.total_params}

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-import tfam
+from tfam.models import create_model
 from tfam.studies.base import Context, Profile, Section, Study, md_table, register_study
 from tfam.studies.cnn_attention import build_model
 from tfam.studies.common import machine, seeded
@@ -58,12 +58,12 @@ def small_flops_models(s: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]
 def build_student(kind: str, s: dict[str, Any]) -> nn.Module:
     """A model of :data:`STUDENTS` at the study's sizes (28 x 28 grey, 10 classes)."""
     if kind in ("deit", "deit+teacher"):
-        return tfam.create_model("deit_fashion_mnist", dim=s["dim"], ffn_dim=2 * s["dim"],
+        return create_model("deit_fashion_mnist", dim=s["dim"], ffn_dim=2 * s["dim"],
                                  heads=s["heads"], depth=s["depth"])  # fmt: skip
     if kind == "vit":
         return build_model("vit", s)
     if kind == "swin":
-        return tfam.create_model("swin_fashion_mnist", dim=s["swin_dim"], heads=s["swin_heads"])
+        return create_model("swin_fashion_mnist", dim=s["swin_dim"], heads=s["swin_heads"])
     raise ValueError(f"model {kind!r} is invalid: expected one of {', '.join(STUDENTS)}")
 
 
