@@ -2,7 +2,7 @@
 
     config, fileio  <-  layers, data  <-  generation  <-  models  <-  training, interop, viz, explain  <-  cli
                         layers  <-  bench  <-  cli   (the complexity lab: kernels only)
-    models, training, bench, viz  <-  studies  <-  cli   (tfam study)
+    models, training, bench, viz, explain  <-  studies  <-  cli   (tfam study)
 
 (generation sits below models because ``model.generate`` is a method of the model; see
 docs/architecture.md.)
@@ -36,7 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     # The complexity lab (tfam bench): attention kernels and their cost(), beside explain; the
     # long-sequence lab (bench/long_sequences.py) also trains models on data sets.
     "bench": {"config", "fileio", "layers", "models", "data"},
-    # The studies (tfam study): experiments that call models, training, the bench and viz.
+    # The studies (tfam study): experiments that call models, training, the bench, viz and
+    # explain (its FLOPs: the vision study).
     "studies": {
         "config",
         "fileio",
@@ -47,6 +48,7 @@ ALLOWED: dict[str, set[str]] = {
         "training",
         "bench",
         "viz",
+        "explain",
     },
     # Run directories: config, model, tokenizer, labels, task; below the command line.
     "runs": {"config", "fileio", "layers", "data", "models", "generation", "training", "interop"},

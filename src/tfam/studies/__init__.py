@@ -12,6 +12,7 @@ from tfam.studies.stats import compare, summarize
 # Registration: one import per study module.
 import tfam.studies.bert_vs_gpt  # noqa: E402,F401  isort: skip
 import tfam.studies.block_mixing  # noqa: E402,F401  isort: skip
+import tfam.studies.cnn_attention  # noqa: E402,F401  isort: skip
 import tfam.studies.fc_vs_attention  # noqa: E402,F401  isort: skip
 import tfam.studies.ffn_sharing  # noqa: E402,F401  isort: skip
 import tfam.studies.flash  # noqa: E402,F401  isort: skip
@@ -21,6 +22,7 @@ import tfam.studies.long_sequences  # noqa: E402,F401  isort: skip
 import tfam.studies.no_positions  # noqa: E402,F401  isort: skip
 import tfam.studies.positions  # noqa: E402,F401  isort: skip
 import tfam.studies.recurrence  # noqa: E402,F401  isort: skip
+import tfam.studies.vision  # noqa: E402,F401  isort: skip
 
 __all__ = ["PROFILES", "STUDIES", "Profile", "Progress", "Study", "compare", "get_study",
            "summarize"]  # fmt: skip
