@@ -15,6 +15,7 @@ import tfam.studies.graph_edges  # noqa: E402,F401  isort: skip
 import tfam.studies.flash  # noqa: E402,F401  isort: skip
 import tfam.studies.positions  # noqa: E402,F401  isort: skip
 import tfam.studies.recurrence  # noqa: E402,F401  isort: skip
+import tfam.studies.speech_truncated  # noqa: E402,F401  isort: skip
 
 __all__ = ["PROFILES", "STUDIES", "Profile", "Progress", "Study", "compare", "get_study",
            "summarize"]  # fmt: skip

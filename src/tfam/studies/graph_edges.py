@@ -129,7 +129,7 @@ class GraphEdgesStudy(Study):
                  "study 14 graph-edges")  # fmt: skip
     profiles = {
         "tiny": Profile(
-            dict(karate_epochs=3, nci_molecules=48, nci_steps=2),
+            dict(karate_epochs=2, nci_molecules=24, nci_steps=1),
             expected="~3 s",
         ),
         "quick": Profile(
