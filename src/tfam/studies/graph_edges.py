@@ -88,7 +88,7 @@ def _karate(cond: str, seed: int, s: dict[str, Any]) -> dict[str, float]:
 
     train_set, test_set = load_karate("train", seed=seed), load_karate("test", seed=seed)
     run = train_recipe(get_dataset("karate"), train_set, test_set, seed=seed,
-                       overrides=CONDITIONS[cond][1], train={"epochs": s["karate_epochs"]})  # fmt: skip
+                       overrides=CONDITIONS[cond][1], train={"epochs": s["karate_epochs"], "num_workers": 0})  # fmt: skip
     m = run.metrics(test_set)
     return {"accuracy": m["acc"], "train_accuracy": run.metrics(train_set)["acc"],
             "steps": run.steps, "seconds": run.seconds, "cpu_seconds": run.cpu_seconds}  # fmt: skip
@@ -99,7 +99,7 @@ def _nci(cond: str, seed: int, s: dict[str, Any], data: tuple[Any, ...]) -> dict
 
     entry, fit, val, test = data
     train = {"max_steps": s["nci_steps"], "max_minutes": None, "epochs": 1000,
-             "warmup_epochs": 0.0, "warmup_steps": max(1, s["nci_steps"] // 20)}  # fmt: skip
+             "warmup_epochs": 0.0, "warmup_steps": max(1, s["nci_steps"] // 20), "num_workers": 0}  # fmt: skip
     run = train_recipe(entry, fit, test, seed=seed, overrides=CONDITIONS[cond][1], train=train,
                        val_set=val)  # fmt: skip
     m = run.metrics(test)

@@ -114,7 +114,7 @@ def _train(window: int, seed: int, s: dict[str, Any], data: tuple[Any, Any, Any]
         entry, train, test, seed=seed, overrides=_overrides(s, window),
         train={"max_steps": s["steps"], "max_minutes": None, "epochs": 1000,
                "warmup_epochs": 0.0, "warmup_steps": max(1, s["steps"] // 10),
-               "batch_tokens": s["batch_frames"], "eval_batch_tokens": 4 * s["batch_frames"]},
+               "batch_tokens": s["batch_frames"], "num_workers": 0, "eval_batch_tokens": 4 * s["batch_frames"]},
     )  # fmt: skip
     long = join_utterances(test, s["long_frames"])
     return {"accuracy": run.metrics(test)["acc"], "long_accuracy": run.metrics(long)["acc"],
