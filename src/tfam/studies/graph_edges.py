@@ -1,5 +1,5 @@
-"""Study ``graph-edges``: ``001_*`` and ``004_*`` say that on a graph, a node is a vector and
-self-attention is computed only between nodes joined by an edge. tfam's graph Transformer
+"""Study ``graph-edges``: ``001_*`` says that on a graph a node is a vector and self-attention
+is computed only between nodes joined by an edge. tfam's graph Transformer
 (:mod:`tfam.models.graph`) trained by its catalog recipes (:func:`tfam.training.recipes.
 train_recipe`, as ``tfam train graph --data ...``) three ways:
 
@@ -122,8 +122,9 @@ class GraphEdgesStudy(Study):
     name = "graph-edges"
     title = "Graphs: attention along the edges, or over every node"
     claim = (
-        "001_* and 004_* say that on a graph a node is a vector and self-attention is computed "
-        "only between nodes joined by an edge: the edges are what makes it a graph model."
+        "001_* says that on a graph each node is a vector and the edges serve the attention "
+        "scores: an edge means two nodes are related, so scores need computing only between "
+        "nodes joined by an edge."
     )
     questions = ("001_*: self-attention on graphs (attention only along edges)",
                  "study 14 graph-edges")  # fmt: skip

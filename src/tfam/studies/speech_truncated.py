@@ -142,9 +142,9 @@ class SpeechTruncatedStudy(Study):
     name = "speech-truncated"
     title = "Speech: truncated self-attention's window against accuracy, time and memory"
     claim = (
-        "001_* says speech is a long sequence of vectors (one per 10 ms) and that truncated "
-        "self-attention, each frame attending only to a window around it, makes it affordable: "
-        "a small window should cost little accuracy and save time and memory on long utterances."
+        "001_* says a few seconds of speech are thousands of vectors (a 25 ms window every "
+        "10 ms), costly in computation and memory, and that truncated self-attention looks only "
+        "at a few vectors before and after, the span chosen from an understanding of the task."
     )
     questions = ("001_*: truncated self-attention for speech",
                  "004_* question 6: designing for long sequences", "study 13 speech-truncated")  # fmt: skip
