@@ -230,8 +230,10 @@ class SpeechTruncatedStudy(Study):
 
     def measure(self, ctx: Context) -> None:
         s = ctx.settings
-        data = _data(s)
         windows = s["windows"]
+        keys = [f"train/w{w}/seed{sd}" for sd in ctx.seeds for w in windows]
+        # The features take a minute to compute: only when a training record is missing.
+        data = _data(s) if any(k not in ctx.store for k in keys) else None
         cost_jobs = [(w, t) for t in s["cost_frames"] for w in windows]
         with ctx.progress.bar(len(cost_jobs), "speech-truncated: cost") as step:
             for w, t in cost_jobs:
@@ -239,6 +241,8 @@ class SpeechTruncatedStudy(Study):
                 step(f"{_label(w)} T={t}")
         if isinstance(data, str):
             ctx.store.put("accuracy_missing", data)
+            return
+        if data is None:
             return
         jobs = [(w, seed) for seed in ctx.seeds for w in windows]
         with ctx.progress.bar(len(jobs), "speech-truncated: train") as step:
