@@ -19,41 +19,21 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from typing import Any
 
 import torch
 
-import tfam
-from tfam.data import get_dataset, task_facts
-from tfam.training import TrainConfig, Trainer
-from tfam.training.tasks import task_for
-
-
-def evaluate(model: Any, task: Any, dataset: Any, batch: int = 256) -> dict[str, float]:
-    """The task's metrics over ``dataset`` (eval mode, batches of ``batch`` graphs)."""
-    model.eval()
-    sums: dict[str, float] = {}
-    with torch.no_grad():
-        for start in range(0, len(dataset), batch):
-            items = [dataset[i] for i in range(start, min(start + batch, len(dataset)))]
-            for k, v in task.eval_sums(model, task.collate(items)).items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-    return task.reduce(sums)
+from tfam.data import get_dataset
+from tfam.training.recipes import train_recipe
 
 
 def train(entry: Any, overrides: dict[str, Any], train_values: dict[str, Any], seed: int,
           train_set: Any, val_set: Any, test_set: Any) -> tuple[Any, Any, float]:  # fmt: skip
-    """A model of the entry's recipe (with ``overrides``) trained with ``train_values`` on top
-    of the recipe's; (model, task, seconds)."""
-    torch.manual_seed(seed)
-    values = {**task_facts(entry), **entry.recipe.model, **overrides}
-    model = tfam.create_model(entry.recipe.preset, **values)
-    config = TrainConfig(**{**entry.recipe.train, **train_values, "seed": seed, "quiet": True})
-    task = task_for(entry.task, train_set)
-    start = time.perf_counter()
-    Trainer(model, train_set, test_set, config, val_set=val_set, task=task).fit()
-    return model, task, time.perf_counter() - start
+    """The entry's recipe (with ``overrides``) trained with ``train_values`` on top of the
+    recipe's (tfam.training.recipes.train_recipe); (the run, its metrics function, seconds)."""
+    run = train_recipe(entry, train_set, test_set, seed=seed, overrides=overrides,
+                       train=train_values, val_set=val_set)  # fmt: skip
+    return run.model, run.metrics, run.seconds
 
 
 def run_karate(args: argparse.Namespace) -> None:
@@ -66,8 +46,8 @@ def run_karate(args: argparse.Namespace) -> None:
     accs = []
     for seed in range(args.seeds):
         train_set, test_set = load_karate("train", seed=seed), load_karate("test", seed=seed)
-        model, task, seconds = train(entry, {}, extra, seed, train_set, None, test_set)
-        acc = evaluate(model, task, test_set)["acc"]
+        _, metrics, seconds = train(entry, {}, extra, seed, train_set, None, test_set)
+        acc = metrics(test_set)["acc"]
         members = (train_set[0].node_labels >= 0).nonzero().flatten().tolist()
         accs.append(acc)
         print(
@@ -95,8 +75,8 @@ def run_nci(args: argparse.Namespace) -> None:
         ("no mask, edge-type bias kept", {"graph_mask": False}),
         ("no mask, no bias (a set of atoms)", {"graph_mask": False, "edge_bias": False}),
     ):
-        model, task, seconds = train(entry, overrides, extra, args.seed, fit, val, test)
-        m = evaluate(model, task, test)
+        _, metrics, seconds = train(entry, overrides, extra, args.seed, fit, val, test)
+        m = metrics(test)
         rows.append((name, m["mae"], m["r2"], seconds))
         print(
             f"{name}: MAE {m['mae']:.2f} Å², R² {m['r2']:.4f} ({seconds / 60:.1f} min)", flush=True

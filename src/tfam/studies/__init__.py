@@ -16,12 +16,14 @@ import tfam.studies.cnn_attention  # noqa: E402,F401  isort: skip
 import tfam.studies.fc_vs_attention  # noqa: E402,F401  isort: skip
 import tfam.studies.ffn_sharing  # noqa: E402,F401  isort: skip
 import tfam.studies.flash  # noqa: E402,F401  isort: skip
+import tfam.studies.graph_edges  # noqa: E402,F401  isort: skip
 import tfam.studies.heads  # noqa: E402,F401  isort: skip
 import tfam.studies.ln_vs_bn  # noqa: E402,F401  isort: skip
 import tfam.studies.long_sequences  # noqa: E402,F401  isort: skip
 import tfam.studies.no_positions  # noqa: E402,F401  isort: skip
 import tfam.studies.positions  # noqa: E402,F401  isort: skip
 import tfam.studies.recurrence  # noqa: E402,F401  isort: skip
+import tfam.studies.speech_truncated  # noqa: E402,F401  isort: skip
 import tfam.studies.vision  # noqa: E402,F401  isort: skip
 
 __all__ = ["PROFILES", "STUDIES", "Profile", "Progress", "Study", "compare", "get_study",
