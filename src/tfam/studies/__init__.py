@@ -11,6 +11,7 @@ from tfam.studies.stats import compare, summarize
 
 # Registration: one import per study module.
 import tfam.studies.attention_text  # noqa: E402,F401  isort: skip
+import tfam.studies.embeddings  # noqa: E402,F401  isort: skip
 import tfam.studies.ffn_sharing  # noqa: E402,F401  isort: skip
 import tfam.studies.flash  # noqa: E402,F401  isort: skip
 import tfam.studies.positions  # noqa: E402,F401  isort: skip
