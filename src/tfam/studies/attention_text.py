@@ -73,9 +73,10 @@ def minilm_missing() -> str | None:
 def minilm() -> tuple[Any, Any]:
     """The packaged MiniLM and its tokenizer, loaded once a process (eval mode; callers do not
     change them)."""
-    from tfam.interop.minilm import load_minilm, load_tokenizer
+    from tfam.data.text.wordpiece import minilm_tokenizer
+    from tfam.models.registry import load_pretrained
 
-    return load_minilm(), load_tokenizer()
+    return load_pretrained("minilm_l6").eval(), minilm_tokenizer()
 
 
 def it_rows(sentence: str) -> dict[str, Any]:

@@ -123,9 +123,11 @@ def skipgram(
 @functools.lru_cache(maxsize=1)
 def minilm_table() -> tuple[Tensor, Any]:
     """The packaged MiniLM's WordPiece input embeddings (30522, 384) and its tokenizer."""
-    from tfam.interop.minilm import load_minilm, load_tokenizer
+    from tfam.data.text.wordpiece import minilm_tokenizer
+    from tfam.models.registry import load_pretrained
 
-    return load_minilm().embed.tokens.weight.detach().clone(), load_tokenizer()
+    table = load_pretrained("minilm_l6").embed.tokens.weight.detach().clone()
+    return table, minilm_tokenizer()
 
 
 def minilm_vectors(words: list[str]) -> Tensor:
