@@ -61,6 +61,10 @@ ATTENTION_EPILOG = """examples:
   tfam viz attention runs/digits test:0 --device cuda
   tfam viz attention runs/kjv-rv "And God said, Let there be light." --out align.png
   tfam viz attention runs/copy "a b c d e" --layer 1 --out copy_align.png
+  tfam viz attention minilm_l6 "The animal didn't cross the street because it was too tired."
+  tfam viz attention minilm_l6 "The animal didn't cross the street because it was too tired." \
+      --word it --out it.png                  where "it" looks, every block and head
+  tfam viz attention runs/kjv "And God said" --layer 1     a GPT run: causal self-attention
 
 Image runs. Panels: the input, then where the [CLS] token looks in block --layer, one map per head, then the
 attention rollout through all blocks (Abnar & Zuidema 2020: average the heads, add the
@@ -72,6 +76,12 @@ Seq2seq runs (an encoder–decoder with tokenizer.json): the sentence is transla
 then the cross-attention of decoder block --layer is drawn as a target x source alignment, the
 tokens as tick labels: one panel per head and their mean. Row t is where the decoder looked
 while writing target token t.
+
+Text runs (BERT, GPT) and the preset with pretrained weights (minilm_l6): the sentence's
+self-attention in block --layer, query x key tokens, one panel per head and their mean (a
+GPT's is causal: nothing above the diagonal). With --word WORD, the row of that token (its
+first occurrence) in every block and head instead: one panel per block, heads down, tokens
+across.
 """
 
 POS_EPILOG = """examples:
@@ -126,7 +136,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "image",
         metavar="INPUT",
         help="image file, or SPLIT:INDEX (e.g. test:0) for a sample of the run's dataset; for a "
-        "seq2seq run, a sentence",
+        "text run (seq2seq, BERT, GPT) or minilm_l6, a sentence",
+    )
+    p.add_argument(
+        "--word",
+        default=None,
+        help="text runs (BERT, GPT, minilm_l6): draw where this token looks in every block and "
+        "head (its first occurrence in the sentence's tokens)",
     )
     p.add_argument(
         "--layer",
@@ -252,6 +268,78 @@ def _seq2seq_source(args: argparse.Namespace) -> bool:
     return run_is_seq2seq(source)
 
 
+def _text_source(args: argparse.Namespace) -> bool:
+    """Whether DIR is a preset with pretrained weights or a run of a family that reads tokens
+    and is no encoder–decoder (BERT, GPT), judged without loading weights."""
+    from tfam.models import PRESETS
+    from tfam.models.registry import has_pretrained
+
+    if args.dir in PRESETS and not Path(args.dir).is_dir():
+        return has_pretrained(args.dir)
+    try:
+        source = resolve_model(args.dir, what="DIR", kinds=("dir",))
+    except (ValueError, FileNotFoundError):
+        return False
+    return getattr(source.model_class, "inputs", "") == "tokens"
+
+
+def run_text_attention(args: argparse.Namespace) -> int:
+    """A BERT's, a GPT's or minilm_l6's self-attention over a sentence: one block's heads, or
+    one token's row in every block and head (--word)."""
+    import torch
+
+    from tfam.cli.common import check_not_empty
+    from tfam.cli.text import token_labels
+    from tfam.runs import load_encoder, load_lm, resolve_model
+    from tfam.viz.text import plot_self_attention, plot_token_attention, self_attention
+
+    check_not_empty([args.image], ["the sentence"], "a sentence")
+    device = device_from(args)
+    is_preset = not Path(args.dir).is_dir()
+    family = None if is_preset else resolve_model(args.dir, what="DIR", kinds=("dir",)).family
+    if is_preset or getattr(resolve_model(args.dir).model_class, "embeds", False):
+        model, tokenizer, name = load_encoder(args.dir)
+        model = model.to(device)
+        ids = tokenizer.encode(args.image)
+        labels = [str(tokenizer.id_to_token(i)) for i in ids]  # [CLS] and [SEP] as BERT's
+    else:
+        run = load_lm(args.dir, device, need_tokenizer=True)
+        model, tokenizer, name = run.model, run.tokenizer, args.dir
+        ids = tokenizer.encode(args.image)
+        labels = token_labels(tokenizer, ids)
+    limit = int(model.config.max_positions)
+    if len(ids) > limit:
+        raise ValueError(
+            f"the sentence is {len(ids)} tokens; {name} has {limit} positions: shorten it"
+        )
+    blocks = self_attention(model, torch.tensor(ids, device=device))
+    default = Path(args.dir) / "attention.png" if not is_preset else Path("attention.png")
+    out = Path(args.out) if args.out else default
+    what = f"{name} ({family or 'bert'})"
+    if args.word is not None:
+        wanted = args.word.strip().lower()
+        found = [t for t, lab in enumerate(labels) if lab.strip().lower().lstrip("ġ#") == wanted]
+        if not found:
+            raise ValueError(
+                f"--word {args.word!r} is not one of the sentence's tokens: {' '.join(labels)}"
+            )
+        plot_token_attention(
+            blocks, labels, found[0], out, title=f"{what}: where {labels[found[0]]!r} looks"
+        )
+        print(f"attention of {labels[found[0]]!r} in every block and head: {out}")
+        return 0
+    layer = layer_index(args.layer, len(blocks))
+    plot_self_attention(
+        blocks[layer],
+        labels,
+        out,
+        title=f"{what}: self-attention",
+        layer_name=f"block {layer % len(blocks) + 1}/{len(blocks)}",
+    )
+    print(f"self-attention: {out}")
+    return 0
+
+
 def run_alignment(args: argparse.Namespace) -> int:
     """Translate the sentence greedily and draw the cross-attention of one decoder block."""
     import torch
@@ -310,6 +398,8 @@ def run_attention(args: argparse.Namespace) -> int:
     from tfam.data.vision.preprocess import load_input, load_preprocess
     from tfam.viz import plot_attention
 
+    if _text_source(args):
+        return run_text_attention(args)
     if _seq2seq_source(args):
         return run_alignment(args)
     from tfam.cli.speech import is_speech_run, run_viz_attention

@@ -10,9 +10,11 @@ from tfam.studies.base import PROFILES, STUDIES, Profile, Progress, Study, get_s
 from tfam.studies.stats import compare, summarize
 
 # Registration: one import per study module.
+import tfam.studies.attention_text  # noqa: E402,F401  isort: skip
 import tfam.studies.bert_vs_gpt  # noqa: E402,F401  isort: skip
 import tfam.studies.block_mixing  # noqa: E402,F401  isort: skip
 import tfam.studies.cnn_attention  # noqa: E402,F401  isort: skip
+import tfam.studies.embeddings  # noqa: E402,F401  isort: skip
 import tfam.studies.fc_vs_attention  # noqa: E402,F401  isort: skip
 import tfam.studies.ffn_sharing  # noqa: E402,F401  isort: skip
 import tfam.studies.flash  # noqa: E402,F401  isort: skip

@@ -27,6 +27,12 @@ from tfam.viz.position import (
     sequence_position_similarity,
 )
 from tfam.viz.regression import plot_regression
+from tfam.viz.text import (
+    plot_self_attention,
+    plot_token_attention,
+    self_attention,
+    word_attention,
+)
 
 __all__ = [
     "edge_attention",
@@ -43,6 +49,10 @@ __all__ = [
     "plot_curves",
     "plot_position_similarity",
     "plot_regression",
+    "plot_self_attention",
+    "plot_token_attention",
+    "self_attention",
+    "word_attention",
     "position_similarity",
     "sequence_position_similarity",
     "read_metrics",

@@ -73,6 +73,8 @@ def plot_alignment(
     *,
     title: str | None = None,
     layer_name: str = "",
+    xlabel: str = "source",
+    ylabel: str = "target",
 ):  # noqa: ANN201  (a matplotlib Figure)
     """One alignment panel per head and their mean (bold), target tokens down, source tokens
     across; saved to ``out`` (PNG) when given.
@@ -122,8 +124,8 @@ def plot_alignment(
         )
         ax.set_xticks(range(ls), labels=list(src_tokens), rotation=90, fontsize=xs)
         ax.set_yticks(range(lt), labels=list(tgt_tokens), fontsize=ys)
-        ax.set_xlabel("source", fontsize=8)
-        ax.set_ylabel("target", fontsize=8)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
         ax.set_title(name, fontweight="bold" if name.startswith("mean") else "normal")
         bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
         bar.ax.tick_params(labelsize=7)
