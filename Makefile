@@ -55,8 +55,10 @@ demo: install
 
 # No system package, no root: a test whose data set is absent (`make data`) is skipped with the
 # reason (tests/conftest.py, requires_data).
+# -n auto: one pytest worker per CPU core (pytest-xdist); each worker's torch gets its share of
+# the cores (tests/conftest.py), so the workers do not oversubscribe them.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples

@@ -2,6 +2,8 @@
 ``requires_data`` for the tests that need a data set installed outside pip.
 
 The thread count is left alone on purpose: tests must pass with whatever the machine gives.
+Only under pytest-xdist (``make test`` runs ``-n auto``) does each worker take its share of the
+cores, so that N workers do not run N times the cores' threads.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SEED = 0
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(
+        max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    )
 
 # ---------------------------------------------------------------------------------------------
 # Data sets that `make data` / `make install` put outside the repository
