@@ -181,27 +181,55 @@ class _CountingTeacher(torch.nn.Module):
         return self.linear(x.flatten(1))
 
 
-def test_teacher_cache_runs_the_teacher_once_per_image_and_reuses_its_first_view() -> None:
+def test_teacher_cache_reads_each_stored_image_once_before_training() -> None:
     data, teacher = _Images(), _CountingTeacher()
     task = ImageDistillation(teacher, cache=True)
     model, config = student(), TrainConfig()
-    first = {}
+    chunks = []
+
+    def batches(index_batches):  # noqa: ANN001, ANN202
+        chunks.extend(index_batches)
+        return (task.get_batch(data, idx) for idx in index_batches)
+
+    task.prepare_training(data, batches, lambda b: b, show_progress=False, batch_size=3)
+    assert [c.tolist() for c in chunks] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert teacher.images == 8
+    with torch.no_grad():
+        stored = teacher.linear(data.x.flatten(1))  # the images as stored, not augmented
     for epoch in range(3):
         for idx in (torch.tensor([0, 3, 5]), torch.tensor([1, 2, 4, 6, 7])):
             batch = task.get_batch(data, idx)
             assert batch["index"].tolist() == idx.tolist()
-            # Another view each epoch (an augmentation): the cache keeps the first one's logits.
-            batch["images"] = batch["images"] + epoch
+            # Another view each epoch (an augmentation): the cache keeps the stored image's.
+            batch["images"] = batch["images"] + epoch + 1
             got = task.cached_teacher_logits(batch, len(data))
-            if epoch == 0:
-                with torch.no_grad():
-                    expected = teacher.linear(batch["images"].flatten(1))
-                torch.testing.assert_close(got, expected)
-                first.update({int(i): row for i, row in zip(idx, got, strict=True)})
-            else:
-                torch.testing.assert_close(got, torch.stack([first[int(i)] for i in idx]))
+            torch.testing.assert_close(got, stored[idx])
             task.train_loss(model, batch, config)[0].backward()
     assert teacher.images == 8, "one teacher pass over the data, not one per epoch"
+    # A second call (a resumed run in the same process) reads nothing again.
+    task.prepare_training(data, batches, lambda b: b, show_progress=False)
+    assert teacher.images == 8
+
+
+def test_the_trainer_fills_the_teacher_cache_before_its_first_step() -> None:
+    from tfam.training import Trainer
+
+    data, teacher = _Images(), _CountingTeacher()
+    task = ImageDistillation(teacher, cache=True)
+    model, seen = student(), []
+    # What the teacher had read each time the student trained on a batch.
+    model.register_forward_pre_hook(
+        lambda m, args: seen.append(teacher.images) if m.training else None
+    )
+    config = TrainConfig(epochs=2, batch_size=4, lr=1e-3, seed=0)
+    Trainer(model, data, config=config, task=task).fit()
+    assert teacher.images == 8 and seen and set(seen) == {8}
+
+
+def test_without_the_cache_the_teacher_reads_every_batch() -> None:
+    data = _Images()
+    model, config = student(), TrainConfig()
+    teacher = _CountingTeacher()
     # Without the cache the teacher reads every batch of every epoch.
     plain = ImageDistillation(_CountingTeacher())
     for _ in range(2):

@@ -363,6 +363,13 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
             )
             self._write_run_files(final=False)
         self._kill_at = kill_step(self.dist.rank)
+        with self._autocast():
+            self.task.prepare_training(
+                self.train_set,
+                lambda chunks: self._batches(self.train_set, chunks, epoch=self.epoch),
+                lambda batch: move_batch(batch, self.device),
+                self.show_progress,
+            )
         stopped = False
         with self._sigint_handler():
             try:

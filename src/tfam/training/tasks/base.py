@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -221,6 +221,18 @@ class BaseTask:
         name. The trainer moves them to the run's device and precision and sets them to eval
         mode; it does not wrap them in DDP/FSDP, train them, nor save them in checkpoints."""
         return {}
+
+    def prepare_training(
+        self,
+        dataset: Any,
+        batches: Callable[[Sequence[Tensor]], Iterable[Batch]],
+        prepare: Callable[[Batch], Batch],
+        show_progress: bool,
+    ) -> None:
+        """Work done once before the first optimiser step (and again after a resume), on the
+        training ``dataset``: ``batches(index_batches)`` loads them, ``prepare(batch)`` moves
+        one to the run's device. Nothing by default; a distillation teacher with a cache reads
+        every training image here, so a time budget times the student's steps alone."""
 
     def get_batch(self, dataset: Any, indices: Tensor) -> Batch | None:
         if not hasattr(dataset, "get_batch"):

@@ -16,15 +16,18 @@ image, summed over classes, as the paper writes it (the DeiT repository divides 
 Evaluation and the metrics are image classification's: ``loss`` and ``acc`` of the prediction,
 the average of the two heads (``model(images)``); the teacher is not run there.
 
-``cache=True`` runs the teacher once per training image, on the first augmented view the run
-draws of it, and reuses those logits in every later epoch (batches carry their dataset
-indices): the teacher then costs one pass over the data instead of one per epoch, at the price
-of the paper's exact rule (the teacher reads the same augmented image) when the augmentation
-changes the teacher's answer. The cache lives in memory: a resumed run fills it again.
+``cache=True`` runs the teacher once per training image, before the first step, on the image
+as stored (not augmented; :meth:`ImageDistillation.prepare_training`, with a progress bar), and
+reuses those logits in every epoch (batches carry their dataset indices): the teacher then
+costs one pass over the data instead of one per epoch, and a time budget, timed from the first
+steps, plans from the student's steps alone. The price is the paper's exact rule (the teacher
+reads the same augmented image) where the augmentation would change the teacher's answer. The
+cache lives in memory: a resumed run fills it again, with the same logits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -155,6 +158,32 @@ class ImageDistillation(ImageClassification):
             "dataset": torch.full_like(index, id(dataset)),
             "dataset_size": torch.full_like(index, len(dataset)),
         }
+
+    def prepare_training(
+        self,
+        dataset: Any,
+        batches: Callable[[Sequence[Tensor]], Iterable[Batch]],
+        prepare: Callable[[Batch], Batch],
+        show_progress: bool,
+        batch_size: int = 256,
+    ) -> None:
+        """With ``cache``: the teacher's logits of every image of ``dataset`` (as stored, not
+        augmented), in batches of ``batch_size``, before training; the steps then read them.
+        Without the cache, or for a dataset without indexed batches, nothing."""
+        if not self.cache or not hasattr(dataset, "get_batch"):
+            return
+        from tqdm import tqdm
+
+        size = len(dataset)
+        chunks = list(torch.arange(size).split(batch_size))
+        bar = tqdm(
+            total=size, desc="teacher: reading the training images once", unit="img",
+            disable=not show_progress, leave=False, dynamic_ncols=True,
+        )  # fmt: skip
+        with bar:
+            for batch in batches(chunks):
+                self.cached_teacher_logits(prepare(batch), size)
+                bar.update(int(batch["index"].numel()))
 
     def cached_teacher_logits(self, batch: Batch, size: int) -> Tensor:
         """The teacher's logits (B, K) of ``batch``: from the cache where filled, else computed
