@@ -18,7 +18,10 @@ frames (B, T, n_mels): a 25 ms window shifted by 10 ms makes one vector (log-mel
        "frames":    a label per input frame: Linear(D -> K), each output frame's logits
                     repeated s times so they sit at the input frame rate (B, s*T', K)
                     (frame t of the input gets output frame t // s; the caller crops to T)
-       "utterance": one label per utterance: masked mean of the frames -> Linear (B, K)
+       "utterance": one label per utterance: the frames pooled over time, by ``config.pool``
+                    (``mean``: their masked mean (B, D); ``stats``: mean and standard
+                    deviation concatenated (B, 2D), the x-vector's statistics pooling,
+                    Snyder et al. 2018) -> Linear (B, K)
        "ctc":       a distribution over an output alphabet per output frame, index 0 the
                     CTC blank (Graves et al. 2006): Linear(D -> K) (B, T', K)
        "none":      the frames (B, T', D)
@@ -44,6 +47,7 @@ from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
 
 HEADS = ("frames", "utterance", "ctc", "none")
+POOLS = ("mean", "stats")  # how the "utterance" head pools the frames over time
 SUBSAMPLING = (1, 2, 4)
 # Frames on each side a frame attends to under attention="local" when attention_options
 # gives no window: 16 output frames = 320 ms each side at 2x subsampling.
@@ -71,6 +75,7 @@ class SpeechConfig(BaseConfig):
     subsampling: int = 2
     max_positions: int = 2048  # rows of a learned position table (other schemes: no bound)
     head: str = "frames"
+    pool: str = "mean"  # "utterance" head: "mean", or "stats" (mean and standard deviation)
     num_labels: int = 11
 
     def __post_init__(self) -> None:
@@ -84,6 +89,7 @@ class SpeechConfig(BaseConfig):
             )
         check_positive_int("max_positions", self.max_positions)
         check_choice("head", self.head, HEADS)
+        check_choice("pool", self.pool, POOLS)
         check_positive_int("num_labels", self.num_labels)
         if self.head == "ctc" and self.num_labels < 2:
             raise config_error(
@@ -156,7 +162,8 @@ class Speech(TfamModel):
         self.drop = nn.Dropout(c.dropout)
         self.encoder = TransformerStack(c)
         self.norm = make_norm(c.norm, c.dim, c.norm_eps) if c.norm_first else nn.Identity()
-        self.head = nn.Linear(c.dim, c.num_labels) if c.head != "none" else None
+        pooled = 2 * c.dim if c.head == "utterance" and c.pool == "stats" else c.dim
+        self.head = nn.Linear(pooled, c.num_labels) if c.head != "none" else None
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -210,19 +217,30 @@ class Speech(TfamModel):
 
     def forward_head(self, hidden: Tensor) -> Tensor:
         """(B, T', D) -> logits: (B, s*T', K) "frames" (at the input frame rate), (B, K)
-        "utterance" (mean over the frames that are not all zero: the real ones), (B, T', K)
+        "utterance" (pooled over the frames that are not all zero: the real ones), (B, T', K)
         "ctc"; the frames themselves for "none"."""
         head = self.config.head
         if self.head is None:
             return hidden
         if head == "utterance":
-            real = (hidden != 0).any(dim=-1, keepdim=True).to(hidden.dtype)  # (B, T', 1)
-            pooled = (hidden * real).sum(dim=1) / real.sum(dim=1).clamp(min=1.0)
-            return self.head(pooled)
+            return self.head(self.pool_frames(hidden))
         logits = self.head(hidden)
         if head == "frames" and self.config.subsampling > 1:
             logits = logits.repeat_interleave(self.config.subsampling, dim=1)
         return logits
+
+    def pool_frames(self, hidden: Tensor) -> Tensor:
+        """(B, T', D) -> (B, D) the mean of the real frames (those not all zero), or with
+        ``pool="stats"`` (B, 2D) [mean ; standard deviation], each over the real frames:
+        sigma = sqrt(mean((x - mu)^2) + 1e-5) (the epsilon keeps the gradient finite where a
+        channel is constant, as in a one-frame utterance)."""
+        real = (hidden != 0).any(dim=-1, keepdim=True).to(hidden.dtype)  # (B, T', 1)
+        count = real.sum(dim=1).clamp(min=1.0)  # (B, 1)
+        mean = (hidden * real).sum(dim=1) / count
+        if self.config.pool == "mean":
+            return mean
+        var = (((hidden - mean[:, None]) * real) ** 2).sum(dim=1) / count
+        return torch.cat([mean, torch.sqrt(var + 1e-5)], dim=-1)
 
     def example_inputs(self, batch_size: int = 2) -> tuple[Tensor, ...]:
         """Random frames (B, 12, n_mels) and a mask whose last row ends in 5 padding frames."""
@@ -250,9 +268,11 @@ _speech(
 )
 _speech(
     "speech_digits_speaker",
-    "speech encoder for spoken digits, one speaker label per utterance (masked mean pool): 80 "
-    "mels, 4x conv subsampling, D=144, 4 blocks, local attention +-16 frames",
+    "speech encoder for spoken digits, one speaker label per utterance (statistics pooling: "
+    "the frames' mean and standard deviation): 80 mels, 4x conv subsampling, D=144, 4 blocks, "
+    "local attention +-16 frames",
     head="utterance",
+    pool="stats",
     subsampling=4,
     num_labels=24,
 )

@@ -100,12 +100,16 @@ class SpeechExplainer(FamilyExplainer):
         x, y = call.inputs[0], call.output
         if c.head == "utterance":
             hidden = t.call(m.norm).output
+            stats = c.pool == "stats"
+            pooled = "2*D" if stats else "D"
             rows.append(
-                ExplainRow("masked mean pool", hidden, x, "L x D", "D", 0,
-                           2 * numel(hidden), note="the mean of the real frames"),
+                ExplainRow("statistics pool" if stats else "masked mean pool", hidden, x,
+                           "L x D", pooled, 0, (5 if stats else 2) * numel(hidden),
+                           note="[mean ; standard deviation] of the real frames" if stats
+                           else "the mean of the real frames"),
             )  # fmt: skip
             rows.append(
-                ExplainRow("head", x, y, "D", "K", ex.claim("head", m.head),
+                ExplainRow("head", x, y, pooled, "K", ex.claim("head", m.head),
                            linear_flops(m.head, x),
                            note=f"Linear to K = {c.num_labels} utterance classes (speakers)"),
             )  # fmt: skip
