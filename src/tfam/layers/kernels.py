@@ -504,7 +504,9 @@ def _softmax_weights(scores: Tensor, mask: Tensor | None, guard: bool) -> Tensor
             scores = scores.masked_fill(~mask, float("-inf"))
         # A row with no finite score would be 0/0 in softmax: give it a constant row, then zero
         # its weights, so forward and backward stay finite.
-        dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+        # (A row's largest score is -inf exactly when all are: one reduction, no bool copy of
+        # the scores; NaN compares False either way.)
+        dead = scores.detach().amax(dim=-1, keepdim=True) == float("-inf")
         scores = scores.masked_fill(dead, 0.0)
     weights = torch.softmax(scores, dim=-1)
     if dead is not None:
