@@ -477,3 +477,29 @@ def layer_index(layer: int, depth: int) -> int:
             f"or -{depth}..-1 (from the end)"
         )
     return layer - 1 if layer > 0 else layer
+
+
+def eval_split(args: argparse.Namespace, entry: Any) -> str:
+    """`tfam eval`'s --split, checked against the dataset's splits (default: its test split,
+    else its validation split); also checks --limit (an int >= 1 when given)."""
+    limit = getattr(args, "limit", None)
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit {limit} is invalid: expected an int >= 1")
+    split = args.split or entry.test_split or entry.val_split
+    if split not in entry.splits:
+        raise ValueError(
+            f"--split {split!r} is invalid for {entry.name}: expected one of "
+            f"{', '.join(entry.splits)}"
+        )
+    return split
+
+
+def note_chance(accuracy: float, counts: Any, split: str) -> None:
+    """A ``tfam: note:`` when a classifier's accuracy on ``split`` is at chance (examples per
+    class ``counts``: the majority class and 1 / classes are chance)."""
+    from tfam.cli.text import note
+    from tfam.training.sanity import chance_problem
+
+    problem = chance_problem(accuracy, counts=counts or None, split=f"{split} split")
+    if problem is not None:
+        note(problem)

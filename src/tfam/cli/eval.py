@@ -17,6 +17,8 @@ from tfam.cli.common import (
     add_command,
     add_device_option,
     device_from,
+    eval_split,
+    note_chance,
     resolve_model,
 )
 from tfam.cli.text import add_decoding_options
@@ -117,17 +119,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _split(args: argparse.Namespace, entry: Any) -> str:
-    """--split, checked against the dataset's splits; default its test (else val) split."""
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
-    return split
-
-
 def _write_json(path: Path, data: dict) -> None:
     from tfam.training.results import write_json  # torch loads only when a command runs
 
@@ -171,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("preprocess.json names no dataset: pass --data NAME_OR_DIR")
     entry = resolve_data(name, run=run_dir)
     _check_image_data(entry, run_dir, source)
-    split = _split(args, entry)
+    split = eval_split(args, entry)
     data = entry.load(split, root=args.root)
     size = data.image_size if isinstance(data.image_size, tuple) else (data.image_size,) * 2
     if data.in_channels != pre.in_channels or len(data.classes) != len(pre.classes):
@@ -218,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         out,
         title=f"Confusion matrix: {run_dir.name}, {name} {split}",
     )
-    _note_chance(result.accuracy, result.class_counts.tolist(), split)
+    note_chance(result.accuracy, result.class_counts.tolist(), split)
     numbers = {"model_dir": str(run_dir), "dataset": name, "split": split, **result.to_dict()}
     numbers["confusion_png"] = str(out)
     _write_json(run_dir / "eval.json", numbers)
@@ -269,14 +260,12 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     run_dir = Path(args.dir)
     if args.batch_size is None:
         args.batch_size = 32
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit {args.limit} is invalid: expected an int >= 1")
     check_decoding(args, max_positions=2**31)  # --beam 0 fails before any loading
     name = args.data or train_args(run_dir).get("data")
     if not name:
         raise ValueError(f"{run_dir}/train_args.json names no dataset: pass --data NAME")
     entry = resolve_data(name, run=run_dir)
-    split = _split(args, entry)
+    split = eval_split(args, entry)
     run = load_seq2seq(args.dir, device_from(args), "eval")
     check_decoding(args, run.max_positions)
     pairs = _pairs(entry.load(split, root=args.root), entry.name, split)
@@ -364,8 +353,6 @@ def run_text(args: argparse.Namespace) -> int:
         args.batch_size = 64
     if args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} is invalid: expected an int >= 1")
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit {args.limit} is invalid: expected an int >= 1")
     config = read_config(run_dir)
     trained = run_task(run_dir, config)
     name = args.data or trained.data
@@ -391,7 +378,7 @@ def run_text(args: argparse.Namespace) -> int:
             f"--data {entry.name} is a {entry.task} dataset; a {config.family} model is "
             f"evaluated on {', '.join(family_tasks)}"
         )
-    split = _split(args, entry)
+    split = eval_split(args, entry)
     device = device_from(args)
     data = entry.load(split, root=args.root)
     _check_text_data(data, config, entry.name)
@@ -437,7 +424,7 @@ def run_text(args: argparse.Namespace) -> int:
         print(line)
     if getattr(task, "primary_metric", None) == "acc":
         seen = counts.tolist() if counts is not None else label_counts(data)
-        _note_chance(metrics.get("acc", math.nan), seen, split)
+        note_chance(metrics.get("acc", math.nan), seen, split)
     numbers: dict[str, Any] = {
         "model_dir": str(run_dir),
         "dataset": entry.name,
@@ -465,17 +452,6 @@ def run_text(args: argparse.Namespace) -> int:
     print(f"numbers: {run_dir / 'eval.json'}")
     sys.stdout.flush()
     return 0
-
-
-def _note_chance(accuracy: float, counts: Any, split: str) -> None:
-    """A ``tfam: note:`` when a classifier's accuracy on ``split`` is at chance (examples per
-    class ``counts``: the majority class and 1 / classes are chance)."""
-    from tfam.cli.text import note
-    from tfam.training.sanity import chance_problem
-
-    problem = chance_problem(accuracy, counts=counts or None, split=f"{split} split")
-    if problem is not None:
-        note(problem)
 
 
 def _plural(task: str) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tfam.cli.common import eval_split, note_chance
 from tfam.runs import describe_run, resolve_model
 
 
@@ -171,14 +172,7 @@ def run_eval(args: Any, source: Any = None) -> int:
             f"--data {entry.name} is a {entry.task} dataset, but {run_dir} was trained for "
             f"{task} on {run.facts.get('data')}: evaluate it on {task} data"
         )
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit {args.limit} is invalid: expected an int >= 1")
+    split = eval_split(args, entry)
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch-size {args.batch_size} is invalid: expected an int >= 1")
     seed = data_seed(run.facts, entry)
@@ -274,16 +268,6 @@ def _confusion_png(confusion: Any, classes: Sequence[str], args: Any, what: str,
     return str(out)
 
 
-def _note_chance(accuracy: float, counts: list[int], split: str) -> None:
-    """A ``tfam: note:`` when a classifier's accuracy is at chance (as tfam eval's)."""
-    from tfam.cli.text import note
-    from tfam.training.sanity import chance_problem
-
-    problem = chance_problem(accuracy, counts=counts or None, split=f"{split} split")
-    if problem is not None:
-        note(problem)
-
-
 def _report_nodes(
     run: GraphRun, data: Any, graphs: Sequence[Any], outputs: list[Any], train: Any,
     name: str, split: str, args: Any,
@@ -350,7 +334,7 @@ def _report_nodes(
     title = f"{run.run_dir.name}, {name} {split}"
     png = _confusion_png(confusion, classes, args, noun, title)
     sys.stdout.flush()
-    _note_chance(acc, confusion.sum(dim=1).tolist(), split)
+    note_chance(acc, confusion.sum(dim=1).tolist(), split)
     print(f"confusion matrix: {png}")
     return {
         "acc": acc, "loss": loss / max(counted, 1), "counted": counted, "correct": correct,
@@ -404,7 +388,7 @@ def _report_graph_classes(
     print()
     png = _confusion_png(confusion, classes, args, noun, f"{run.run_dir.name}, {name} {split}")
     sys.stdout.flush()
-    _note_chance(acc, confusion.sum(dim=1).tolist(), split)
+    note_chance(acc, confusion.sum(dim=1).tolist(), split)
     print(f"confusion matrix: {png}")
     return {
         "acc": acc, "loss": loss, "counted": counted, "correct": correct, "unit": noun,

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfam.cli.common import eval_split, note_chance
+
 EXAMPLES_SHOWN = 5
 MIN_SAMPLES = 400  # one 25 ms frame at 16 kHz: a recording shorter has no frame
 PER_LABEL_SHOWN = 30  # a phoneme run has ~100 labels: the most frequent are printed, all saved
@@ -98,16 +100,6 @@ def check_outputs(data: Any, meta: dict[str, Any], name: str, run_dir: Path) -> 
 def _listed(items: Sequence[str], shown: int = 6) -> str:
     head = ", ".join(map(str, items[:shown]))
     return f"[{head}{', ...' if len(items) > shown else ''}] ({len(items)})"
-
-
-def _note_chance(accuracy: float, counts: list[int], split: str) -> None:
-    """A ``tfam: note:`` when a classifier's accuracy is at chance (as tfam eval's)."""
-    from tfam.cli.text import note
-    from tfam.training.sanity import chance_problem
-
-    problem = chance_problem(accuracy, counts=counts or None, split=f"{split} split")
-    if problem is not None:
-        note(problem)
 
 
 def condition(snr_db: float | None) -> str:
@@ -252,14 +244,7 @@ def run_eval(args: argparse.Namespace, source: Any) -> int:
     meta = speech_meta(run_dir)
     task = str(meta["task"])
     entry, root = speech_entry(run_dir, meta, args.data, args.root)
-    split = args.split or entry.test_split or entry.val_split
-    if split not in entry.splits:
-        raise ValueError(
-            f"--split {split!r} is invalid for {entry.name}: expected one of "
-            f"{', '.join(entry.splits)}"
-        )
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit {args.limit} is invalid: expected an int >= 1")
+    split = eval_split(args, entry)
     data = entry.load(split, root=root)
     check_outputs(data, meta, entry.name, run_dir)
     total = len(data)
@@ -300,7 +285,7 @@ def run_eval(args: argparse.Namespace, source: Any) -> int:
             title=f"Confusion matrix ({what}): {run_dir.name}, {entry.name} {split}",
         )  # fmt: skip
         sys.stdout.flush()
-        _note_chance(numbers["acc"], result["confusion"].sum(dim=1).tolist(), split)
+        note_chance(numbers["acc"], result["confusion"].sum(dim=1).tolist(), split)
         numbers["confusion_png"] = str(out)
         print()
         print(f"confusion matrix: {out}")
