@@ -996,7 +996,7 @@ _SPEECH_RECIPES = {
     "utterance-classification": Recipe(
         preset="speech_digits_speaker",
         train={**_SPEECH_TRAIN, "epochs": 80, "label_smoothing": 0.1},
-        threads=2, note="speech_digits_speaker: 4x subsampling, statistics pooling, 80 epochs; 40 minutes",
+        threads=2, note="speech_digits_speaker: 4x subsampling, mean pool, 80 epochs; 40 minutes",
     ),
     "ctc": Recipe(
         preset="speech_digits_ctc", train=_SPEECH_TRAIN, threads=2,

@@ -268,11 +268,9 @@ _speech(
 )
 _speech(
     "speech_digits_speaker",
-    "speech encoder for spoken digits, one speaker label per utterance (statistics pooling: "
-    "the frames' mean and standard deviation): 80 mels, 4x conv subsampling, D=144, 4 blocks, "
-    "local attention +-16 frames",
+    "speech encoder for spoken digits, one speaker label per utterance (masked mean pool): 80 "
+    "mels, 4x conv subsampling, D=144, 4 blocks, local attention +-16 frames",
     head="utterance",
-    pool="stats",
     subsampling=4,
     num_labels=24,
 )

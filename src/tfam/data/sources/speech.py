@@ -176,14 +176,22 @@ class SpeechDataset(torch.utils.data.Dataset):
         )  # fmt: skip
 
     def augment_features(self, features: Tensor, generator: torch.Generator) -> Tensor:
-        """SpecAugment (two frequency and two time masks) on a training split; else as is."""
+        """SpecAugment on a training split (else as is): two time masks of up to 20 frames,
+        and two frequency masks of up to a quarter of the bands; one of up to an eighth for
+        utterance classification, whose label (a speaker) lives in the spectrum's shape that
+        wide frequency masks remove (speaker recognisers mask up to ~10 of 80 channels)."""
         if not self.augment:
             return features
         from tfam.data.audio import spec_augment
 
+        if self.info.task == "utterance-classification":
+            freq_masks, freq_width = 1, max(1, self.n_mels // 8)
+        else:
+            freq_masks, freq_width = 2, min(27, self.n_mels // 4)
         return spec_augment(
-            features, freq_width=min(27, self.n_mels // 4), time_width=20, generator=generator
-        )
+            features, freq_masks=freq_masks, freq_width=freq_width, time_width=20,
+            generator=generator,
+        )  # fmt: skip
 
     def run_files(self) -> dict[str, dict[str, Any]]:
         """speech.json: what the run's outputs mean (classes or alphabet), for predict."""
