@@ -60,3 +60,14 @@ def test_a_one_frame_utterance_has_finite_gradients_under_stats() -> None:
 def test_an_unknown_pool_is_one_line() -> None:
     with pytest.raises(ValueError, match="pool"):
         SpeechConfig(head="utterance", pool="max")
+
+
+def test_explain_shows_the_statistics_pool_and_counts_the_wider_head() -> None:
+    table = tfam.explain("speech_digits_speaker", pool="stats")
+    names = [row.step for row in table.rows]
+    assert "statistics pool" in names
+    assert (
+        table.total_params
+        == tfam.create_model("speech_digits_speaker", pool="stats").num_parameters()
+    )
+    assert table.total_params - tfam.explain("speech_digits_speaker").total_params == 144 * 24
