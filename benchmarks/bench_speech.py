@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default=None, help="run directory (default: in memory)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (2: the whole machine)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="the model's initialisation and the data order (0)"
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     task_name = TASKS[args.task]
@@ -157,11 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         values["epochs"] = args.epochs
     if args.max_steps is not None:
         values.update(max_steps=args.max_steps, max_minutes=None)
-    config = TrainConfig(**values, quiet=False, progress=False)
+    config = TrainConfig(**values, seed=args.seed, quiet=False, progress=False)
     overrides = {k: eval(v, {}) if v[:1].isdigit() else v
                  for k, v in (s.split("=", 1) for s in args.sets)}  # fmt: skip
     info = entry.info
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = tfam.create_model(recipe.preset, n_mels=info.n_mels, num_labels=info.num_labels,
                               head=info.head, **overrides)  # fmt: skip
     opts = model.config.attention_options or {}
