@@ -31,9 +31,12 @@ __all__ = [
     "check_not_empty",
     "check_utf8",
     "check_threads",
+    "eval_split",
     "field_option",
     "image_options",
     "none_as_text",
+    "note",
+    "note_chance",
     "option_error",
     "parse_pair",
     "parse_set",
@@ -494,10 +497,14 @@ def eval_split(args: argparse.Namespace, entry: Any) -> str:
     return split
 
 
+def note(text: str) -> None:
+    """A remark on stderr that is not an error (stdout stays the command's result)."""
+    print(f"tfam: note: {text}", file=sys.stderr)
+
+
 def note_chance(accuracy: float, counts: Any, split: str) -> None:
     """A ``tfam: note:`` when a classifier's accuracy on ``split`` is at chance (examples per
     class ``counts``: the majority class and 1 / classes are chance)."""
-    from tfam.cli.text import note
     from tfam.training.sanity import chance_problem
 
     problem = chance_problem(accuracy, counts=counts or None, split=f"{split} split")

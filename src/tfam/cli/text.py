@@ -12,12 +12,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from tfam.cli.common import check_not_empty
-
-
-def note(text: str) -> None:
-    """A remark on stderr that is not an error (stdout stays the command's result)."""
-    print(f"tfam: note: {text}", file=sys.stderr)
+from tfam.cli.common import check_not_empty, note
 
 
 def note_outputs(
