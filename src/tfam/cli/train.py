@@ -224,9 +224,9 @@ def _add_distillation_options(p: argparse.ArgumentParser) -> None:
         action="store_const",
         const=True,
         default=None,
-        help="run the teacher once per training image (on its first augmented view) and reuse "
-        "its logits in later epochs, instead of on every augmented view: the teacher's cost "
-        "becomes one pass over the data (a resumed run recomputes the cache)",
+        help="run the teacher once per training image (as stored, before the first step) and "
+        "reuse its logits in every epoch, instead of on every augmented view: the teacher's "
+        "cost becomes one pass over the data (a resumed run recomputes the cache)",
     )
 
 
