@@ -202,6 +202,58 @@ def test_a_resumed_run_follows_the_stored_plan(clock, tmp_path: Path) -> None:
         assert torch.equal(a, b)
 
 
+class Changing(Timed):
+    """Training data whose steps take ``per_batch`` fake seconds until ``after`` batches have
+    been read, then ``then`` seconds (another job started, or ended, on the machine)."""
+
+    def __init__(self, clock: FakeClock, n: int, seed: int, per_batch: float, after: int,
+                 then: float) -> None:  # fmt: skip
+        super().__init__(clock, n, seed, per_batch=per_batch)
+        self.after, self.then, self.batches = after, then, 0
+
+    def get_batch(self, idx: torch.Tensor):
+        self.batches += 1
+        if self.batches > self.after:
+            self.per_batch = self.then
+        return super().get_batch(idx)
+
+
+@pytest.mark.parametrize("then", [2.0, 0.5])
+def test_the_plan_moves_at_an_epoch_end_when_the_steps_change_speed(
+    clock, tmp_path: Path, capsys, then: float
+) -> None:
+    # Planned at 1 s a step; from the 12th batch on each takes `then` seconds.
+    _, val, test = splits(clock)
+    train = Changing(clock, 200, 0, per_batch=1.0, after=12, then=then)
+    cfg = config(max_minutes=1.0, quiet=False)
+    trainer = Trainer(tiny(), train, test, cfg, tmp_path / "r", val_set=val)
+    result = trainer.fit()
+    plan = trainer._budget_plan
+    assert plan is not None and plan.revisions, "re-planned"
+    first = plan.revisions[0]
+    assert first["at"] == 20  # the first epoch's end
+    assert (first["step_seconds"] > 1.0) if then > 1 else (first["step_seconds"] < 1.0)
+    planned = first["was"]
+    # Slower: the end comes earlier; faster: later. The run stops at the (last) new end ...
+    assert (plan.total_steps < planned) if then > 1 else (plan.total_steps > planned)
+    assert result.steps == plan.total_steps
+    # ... with its cosine finished there (a slowed run used to stop by the clock, mid-cosine).
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(trainer.config.min_lr)
+    assert result.seconds <= 60.0
+    out = capsys.readouterr().out
+    assert f"re-planned at step 20: cosine to step {first['total_steps']} (was {planned}" in out
+    record = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert record["budget"]["plan"]["revisions"] == plan.revisions
+    assert read_checkpoint_budget(tmp_path / "r") == plan.to_dict()
+
+
+def test_a_plan_from_before_revisions_loads() -> None:
+    plan = BudgetPlan(4.0, 5, 520, 52, 793, 80, 0.4, 0.01, 1.0, 20.0, True)
+    saved = plan.to_dict()
+    del saved["revisions"]
+    assert BudgetPlan.from_dict(saved) == plan
+
+
 def test_plan_round_trips_through_a_dict() -> None:
     plan = BudgetPlan(4.0, 5, 520, 52, 793, 80, 0.4, 0.01, 1.0, 20.0, True)
     assert BudgetPlan.from_dict(plan.to_dict()) == plan

@@ -17,6 +17,7 @@ from tfam.training import (
     split_decay,
     warmup_cosine_factor,
 )
+from tfam.training.optim import WarmupCosine
 
 
 def tiny_vit() -> nn.Module:
@@ -112,6 +113,37 @@ def test_schedule_factor_values() -> None:
     assert f[w + (total - w) // 2] == pytest.approx((1 + floor) / 2)  # half-way down
     assert f[total] == pytest.approx(floor) and f[-1] == pytest.approx(floor)  # floor, stays
     assert warmup_cosine_factor(0, 0, 10, 0.0) == 1.0  # no warmup
+
+
+def test_retargeted_cosine_continues_without_a_jump_and_ends_at_the_new_step() -> None:
+    w, total, floor = 10, 110, 0.01
+    plain = WarmupCosine(w, total, floor)
+    assert [plain(s) for s in range(total + 3)] == [
+        warmup_cosine_factor(s, w, total, floor) for s in range(total + 3)
+    ]
+    for new_total in (70, 200):  # a budget that shrank, one that grew
+        f = WarmupCosine(w, total, floor)
+        f.retarget(40, new_total)
+        assert f(40) == pytest.approx(plain(40), rel=1e-12)  # the same rate at the re-plan
+        after = [f(s) for s in range(40, new_total + 3)]
+        assert all(a >= b for a, b in zip(after, after[1:]))  # then never rises
+        assert f(new_total) == pytest.approx(floor) and f(new_total + 2) == pytest.approx(floor)
+        assert f(new_total - 1) > floor  # the floor is reached at the new end, not before
+    # Shrunk, the rate falls faster than it would have; grown, slower.
+    shrunk, grown = WarmupCosine(w, total, floor), WarmupCosine(w, total, floor)
+    shrunk.retarget(40, 70)
+    grown.retarget(40, 200)
+    assert shrunk(60) < plain(60) < grown(60)
+    # During warmup only the end moves: the plain schedule to the new end.
+    early = WarmupCosine(w, total, floor)
+    early.retarget(5, 70)
+    assert [early(s) for s in range(75)] == [
+        warmup_cosine_factor(s, w, 70, floor) for s in range(75)
+    ]
+    # A factor pickled before anchors existed (no anchor fields) is the plain schedule.
+    old = WarmupCosine(w, total, floor)
+    del old.anchor_step, old.anchor_t
+    assert old(50) == plain(50)
 
 
 def test_scheduler_drives_the_optimizer_lr() -> None:

@@ -21,11 +21,22 @@ stops anyway when only the reserve is left. The final evaluation then takes what
 evenly spread subset of the split (at least :data:`MIN_EVAL` examples) when the whole does not
 fit, said in the final line and in ``results.json`` (``budget``).
 
+Re-planning. A machine's speed changes during a run (another job starts or ends). At each
+epoch's end the plan is made again from the mean time of the later half of the steps since the
+last plan (the speed the machine has now) and
+that epoch end's evaluation; when the reachable end moves by more than :data:`REPLAN_SHARE` of
+the planned steps, the end moves (never past the recipe's) and the cosine is retargeted: from
+this step its progress runs on from where it is to 1 at the new end, so the learning rate
+does not jump. Each re-plan is kept in the plan's ``revisions`` and said in one line. Without
+it a run that slowed down stopped with its cosine unfinished, and one that sped up left its
+budget unused.
+
 Resume. The plan is part of the checkpoint (``budget``) and so are the fitted schedule's
-numbers (the scheduler's state); a resumed run follows the stored plan and measures nothing,
-so its weights are bit-for-bit those of a run never stopped. A checkpoint written before the
-plan holds none: that run plans when it resumes. Without ``max_minutes`` none of this runs.
-Not with ``refit`` (its two phases keep ``max_minutes`` as a plain stop).
+numbers (the scheduler's state); a resumed run follows the stored plan, so, where its steps
+take the time they took before (no re-plan), its weights are bit-for-bit those of a run never
+stopped. A checkpoint written before the plan holds none: that run plans when it resumes.
+Without ``max_minutes`` none of this runs. Not with ``refit`` (its two phases keep
+``max_minutes`` as a plain stop).
 
 Tests replace :data:`clock` (a fake clock) to plan from chosen step times.
 """
@@ -43,6 +54,7 @@ __all__ = [
     "FINAL_EVAL_SHARE",
     "MEASURE_STEPS",
     "MIN_EVAL",
+    "REPLAN_SHARE",
     "WARM_STEPS",
     "BudgetPlan",
     "clock",
@@ -58,6 +70,7 @@ MEASURE_STEPS = 3  # timed steps the plan is made from
 EVAL_PROBE = 64  # examples evaluated to time evaluation
 FINAL_EVAL_SHARE = 0.15  # the most of the budget the final evaluation is planned to take
 MIN_EVAL = 50  # a final evaluation never uses fewer examples (or the whole split if smaller)
+REPLAN_SHARE = 0.02  # an epoch end's re-plan moves the end only by more than this share
 MARGIN_SHARE = 0.03  # of the budget, kept for what is not measured (logs, files, jitter)
 SAVE_BYTES_PER_S = 50e6  # a conservative write speed for a checkpoint's estimated cost
 
@@ -75,7 +88,8 @@ class BudgetPlan:
     ``warmup_steps``: the fitted warmup; ``recipe_steps``/``recipe_warmup``: what the recipe
     asked; ``planned_at``: the step at which it was made; ``step_seconds``, ``eval_seconds``
     (per example), ``save_seconds``: what was measured or estimated; ``reserve_seconds``: kept
-    for the end; ``fitted``: False when the recipe's whole run fits (schedule unchanged)."""
+    for the end; ``fitted``: False when the recipe's whole run fits (schedule unchanged);
+    ``revisions``: the re-plans at epoch ends (:func:`replan_steps`), oldest first."""
 
     minutes: float
     planned_at: int
@@ -88,13 +102,15 @@ class BudgetPlan:
     save_seconds: float
     reserve_seconds: float
     fitted: bool
+    revisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BudgetPlan:
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+        # ``revisions`` came later: a checkpoint written before it has none.
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
     def describe(self, steps_per_epoch: int, schedule: str) -> str:
         """One line: ``budget 4 min -> 520 steps (1.9 epochs), warmup 52, cosine ...``."""

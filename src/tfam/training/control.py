@@ -8,8 +8,10 @@ the flags (loss finite, Ctrl-C asked, time up) travel in one small all-reduce pe
 resume (Ctrl-C) or finishes the run (``max_steps``, ``max_minutes``).
 
 With ``max_minutes`` the budget also plans the run (:mod:`tfam.training.budget`): after the first
-steps :meth:`ControlMixin._budget_step` fits the schedule to the steps the budget allows, the run
-stops at the planned step (or, should steps slow down, when only the reserve is left), and
+steps :meth:`ControlMixin._budget_step` fits the schedule to the steps the budget allows,
+:meth:`ControlMixin._budget_replan` moves the end at an epoch's end when the steps' speed has
+changed, the run stops at the planned step (or, should steps slow down within an epoch, when
+only the reserve is left), and
 :meth:`ControlMixin._final_metrics` sizes the final evaluation to the time left.
 """
 
@@ -31,6 +33,7 @@ from tfam.training.budget import (
     EVAL_PROBE,
     MARGIN_SHARE,
     MEASURE_STEPS,
+    REPLAN_SHARE,
     SAVE_BYTES_PER_S,
     WARM_STEPS,
     BudgetPlan,
@@ -205,7 +208,7 @@ class ControlMixin:
         """After every optimiser step: with ``max_minutes`` and no plan yet, time the step;
         after :data:`~tfam.training.budget.MEASURE_STEPS` timed steps, plan (once)."""
         cfg = self.config
-        if cfg.max_minutes is None or cfg.refit or self.phase != 1 or self._budget_plan is not None:
+        if cfg.max_minutes is None or cfg.refit or self.phase != 1:
             return
         t = now()
         last, self._budget_last = self._budget_last, t
@@ -213,10 +216,77 @@ class ControlMixin:
         # one that follows an epoch's end (its evaluation and checkpoint sit in between).
         if last is None or self.batch_in_epoch == 1 or self.global_step <= WARM_STEPS:
             return
+        if self._budget_plan is not None:  # timed for the re-plan at the epoch's end
+            self.__dict__.setdefault("_budget_since", []).append(t - last)
+            return
         times = self.__dict__.setdefault("_budget_times", [])
         times.append(t - last)
         if len(times) >= MEASURE_STEPS:
             self._make_budget_plan(sum(times) / len(times))
+            self._budget_last = now()  # the evaluation probe is not the next step's time
+
+    def _budget_replan(self, epoch_end_s: float) -> str | None:
+        """At an epoch's end (before its checkpoint): plan again from the steps timed since the
+        last plan (the mean of the later half) and this epoch end's evaluation (``epoch_end_s``
+        seconds). The
+        end moves only when it moves by more than :data:`~tfam.training.budget.REPLAN_SHARE`
+        of the planned steps; the cosine then ends at the new step without a jump in the
+        learning rate (:meth:`~tfam.training.optim.WarmupCosine.retarget`). Returns the line
+        that says so, or None."""
+        plan, cfg = self._budget_plan, self.config
+        if plan is None or cfg.max_minutes is None or cfg.refit or self.phase != 1:
+            return None
+        since = self.__dict__.get("_budget_since", [])
+        if len(since) < 2 * MEASURE_STEPS:
+            return None  # short epochs: the times add up until there are enough
+        self._budget_since = []
+        # The later half: the speed the machine has now, should it have changed mid-epoch.
+        recent = since[len(since) // 2 :]
+        step_s = sum(recent) / len(recent)
+        budget_s = 60.0 * float(cfg.max_minutes)
+        per_epoch = self._per_epoch_set()
+        n_per_epoch = len(per_epoch) if per_epoch is not None else 0
+        eval_s = epoch_end_s / n_per_epoch if n_per_epoch else plan.eval_seconds
+        n_test = len(self.test_set) if self.val_set is not None and self.test_set else 0
+        reserve = reserve_seconds(budget_s, n_per_epoch + n_test, eval_s, plan.save_seconds)
+        total = plan_steps(
+            left_s=budget_s - self.elapsed() - plan.save_seconds - reserve,
+            done=self.global_step,
+            step_s=step_s,
+            steps_per_epoch=self.steps_per_epoch,
+            recipe_steps=plan.recipe_steps,
+            epoch_end_s=epoch_end_s + plan.save_seconds,
+        )
+        # Every process follows rank 0's numbers (their clocks differ).
+        total, step_s, reserve = D.broadcast_object((total, step_s, reserve), self.dist)
+        if abs(total - plan.total_steps) <= max(2, REPLAN_SHARE * plan.total_steps):
+            return None
+        was = plan.total_steps
+        plan.revisions.append(
+            {"at": self.global_step, "step_seconds": step_s, "total_steps": total, "was": was}
+        )
+        plan.total_steps, plan.reserve_seconds = total, reserve
+        plan.fitted = total < plan.recipe_steps
+        step = self.scheduler.last_epoch
+        for factor in self.scheduler.lr_lambdas:
+            if isinstance(factor, WarmupCosine):
+                factor.retarget(step, total)
+        self._set_scheduled_lr()
+        ends = f"cosine to step {total}" if cfg.schedule == "cosine" else f"stop at step {total}"
+        return (
+            f"budget: steps now take {step_s:.3g} s (planned {plan.step_seconds:.3g} s); "
+            f"re-planned at step {self.global_step}: {ends} (was {was}, of the recipe's "
+            f"{plan.recipe_steps})"
+        )
+
+    def _set_scheduled_lr(self) -> None:
+        """The next step's learning rate from the schedule's factors (after they changed)."""
+        step = self.scheduler.last_epoch
+        for group, base, factor in zip(
+            self.optimizer.param_groups, self.scheduler.base_lrs, self.scheduler.lr_lambdas
+        ):
+            group["lr"] = base * factor(step)
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     def _per_epoch_set(self) -> Any:
         return self.val_set if self.val_set is not None else self.test_set
@@ -295,12 +365,7 @@ class ControlMixin:
                 changed |= getattr(factor, name) != value
                 setattr(factor, name, value)
         if changed:
-            step = self.scheduler.last_epoch
-            for group, base, factor in zip(
-                self.optimizer.param_groups, self.scheduler.base_lrs, self.scheduler.lr_lambdas
-            ):
-                group["lr"] = base * factor(step)
-            self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+            self._set_scheduled_lr()
 
     def _budget_state(self) -> dict[str, Any] | None:
         """The checkpoint's ``budget`` entry: the plan, or None."""

@@ -39,6 +39,7 @@ __all__ = [
     "param_groups",
     "inverse_sqrt_factor",
     "split_decay",
+    "cosine_factor",
     "warmup_cosine_factor",
 ]
 
@@ -127,20 +128,54 @@ def warmup_cosine_factor(
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     decay_steps = max(total_steps - warmup_steps, 1)
-    t = min(max((step - warmup_steps) / decay_steps, 0.0), 1.0)
+    return cosine_factor(min(max((step - warmup_steps) / decay_steps, 0.0), 1.0), min_factor)
+
+
+def cosine_factor(t: float, min_factor: float = 0.0) -> float:
+    """The cosine's multiplier at progress ``t`` in [0, 1]: 1 at 0, ``min_factor`` at 1."""
     return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 
 class WarmupCosine:
-    """Picklable LambdaLR factor (its numbers go into the scheduler's state_dict)."""
+    """Picklable LambdaLR factor (its numbers go into the scheduler's state_dict).
+
+    :meth:`retarget` moves the cosine's end mid-run (a time budget re-planned) without a jump
+    in the learning rate: from ``anchor_step`` on, the cosine's progress t runs linearly from
+    ``anchor_t`` (its value there) to 1 at the new ``total_steps``."""
 
     def __init__(self, warmup_steps: int, total_steps: int, min_factor: float) -> None:
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)
         self.min_factor = float(min_factor)
+        self.anchor_step = -1  # -1: no retarget; the plain warmup-cosine
+        self.anchor_t = 0.0
+
+    def progress(self, step: int) -> float:
+        """The cosine's t in [0, 1] at ``step`` (0 during warmup)."""
+        anchor = getattr(self, "anchor_step", -1)  # -1 also for a factor pickled before anchors
+        if anchor < 0 or step < anchor:
+            if step < self.warmup_steps:
+                return 0.0
+            decay_steps = max(self.total_steps - self.warmup_steps, 1)
+            return min(max((step - self.warmup_steps) / decay_steps, 0.0), 1.0)
+        t = self.anchor_t + (1.0 - self.anchor_t) * (step - anchor) / max(
+            self.total_steps - anchor, 1
+        )
+        return min(max(t, 0.0), 1.0)
+
+    def retarget(self, step: int, total_steps: int) -> None:
+        """End the cosine at ``total_steps`` instead, continuing from ``step`` at the rate it
+        has there (during warmup only the end moves). The factor is then the schedule from
+        ``step`` on; the steps before it (already taken) are not recomputed."""
+        if step > self.warmup_steps:
+            self.anchor_t = self.progress(step)
+            self.anchor_step = int(step)
+        self.total_steps = int(total_steps)
 
     def __call__(self, step: int) -> float:
-        return warmup_cosine_factor(step, self.warmup_steps, self.total_steps, self.min_factor)
+        if getattr(self, "anchor_step", -1) < 0 or step < self.anchor_step:
+            return warmup_cosine_factor(step, self.warmup_steps, self.total_steps, self.min_factor)
+        return cosine_factor(self.progress(step), self.min_factor)
 
 
 def inverse_sqrt_factor(step: int, warmup_steps: int, min_factor: float = 0.0) -> float:

@@ -463,6 +463,7 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
 
     def _end_epoch(self) -> None:
         cfg = self.config
+        started = now()
         # The refit has no held-out data left to evaluate on.
         result = self.evaluate_metrics() if self.phase == 1 else None
         if self._stop_requested and not self.dist.enabled:
@@ -484,12 +485,15 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
         ):
             self.stopped_early = True
         self._remember_best(row)  # before the checkpoint that refers to it
+        replanned = self._budget_replan(now() - started)  # max_minutes: the plan goes with it
         self.save()
         if self.dist.is_main:
             for cb in self.callbacks:
                 if hasattr(cb, "on_epoch_end"):
                     cb.on_epoch_end(self, row)
         self._say(self._epoch_line(row))
+        if replanned:
+            self._say(replanned)
         if self.stopped_early:
             self._say(
                 f"early stop: no better {self.eval_split} {self.task.primary_metric} for "
