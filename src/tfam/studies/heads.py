@@ -99,7 +99,8 @@ class HeadsStudy(Study):
             ),  # fmt: skip
             # Sized to fit 3 hours from the CPU seconds a step measured on one thread (on
             # docs/studies/heads.md); the quick profile's width, where 120 steps learn nothing.
-            expected="~2.6 h on one thread (sized from measured step times)",
+            expected="~2.6 h of one thread's CPU time (sized from measured step times); ~4 h of "
+            "wall time beside another single-thread job",
         ),
     }
 
