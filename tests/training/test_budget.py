@@ -247,6 +247,22 @@ def test_the_plan_moves_at_an_epoch_end_when_the_steps_change_speed(
     assert read_checkpoint_budget(tmp_path / "r") == plan.to_dict()
 
 
+def test_short_epochs_add_their_step_times_up_until_a_re_plan_can_use_them(
+    clock, tmp_path: Path
+) -> None:
+    # 4 steps an epoch: at most 3 timed steps each, fewer than a re-plan needs. The times add
+    # up across epoch ends, so the slowdown from the 8th batch is still seen.
+    _, val, test = splits(clock)
+    train = Changing(clock, 40, 0, per_batch=1.0, after=8, then=2.0)
+    trainer = Trainer(tiny(), train, test, config(max_minutes=1.0), val_set=val)
+    result = trainer.fit()
+    plan = trainer._budget_plan
+    assert plan is not None and plan.revisions, "re-planned despite epochs of 4 steps"
+    assert all(r["at"] % 4 == 0 for r in plan.revisions)  # only at epoch ends
+    assert plan.revisions[0]["total_steps"] < plan.revisions[0]["was"]
+    assert result.steps == plan.total_steps and result.seconds <= 60.0
+
+
 def test_a_plan_from_before_revisions_loads() -> None:
     plan = BudgetPlan(4.0, 5, 520, 52, 793, 80, 0.4, 0.01, 1.0, 20.0, True)
     saved = plan.to_dict()
