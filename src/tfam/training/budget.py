@@ -23,8 +23,7 @@ fit, said in the final line and in ``results.json`` (``budget``).
 
 Re-planning. A machine's speed changes during a run (another job starts or ends). At each
 epoch's end the plan is made again from the mean time of the later half of the steps since the
-last plan (the speed the machine has now) and
-that epoch end's evaluation; when the reachable end moves by more than :data:`REPLAN_SHARE` of
+last plan (the speed the machine has now) and that epoch end's evaluation; when the reachable end moves by more than :data:`REPLAN_SHARE` of
 the planned steps, the end moves (never past the recipe's) and the cosine is retargeted: from
 this step its progress runs on from where it is to 1 at the new end, so the learning rate
 does not jump. Each re-plan is kept in the plan's ``revisions`` and said in one line. Without
@@ -89,7 +88,8 @@ class BudgetPlan:
     asked; ``planned_at``: the step at which it was made; ``step_seconds``, ``eval_seconds``
     (per example), ``save_seconds``: what was measured or estimated; ``reserve_seconds``: kept
     for the end; ``fitted``: False when the recipe's whole run fits (schedule unchanged);
-    ``revisions``: the re-plans at epoch ends (:func:`replan_steps`), oldest first."""
+    ``revisions``: the re-plans at epoch ends (``ControlMixin._budget_replan``), oldest
+    first."""
 
     minutes: float
     planned_at: int

@@ -205,8 +205,9 @@ class ControlMixin:
 
     # -- the budget's plan (tfam.training.budget) --------------------------------------------
     def _budget_step(self) -> None:
-        """After every optimiser step: with ``max_minutes`` and no plan yet, time the step;
-        after :data:`~tfam.training.budget.MEASURE_STEPS` timed steps, plan (once)."""
+        """After every optimiser step with ``max_minutes``: time the step. With no plan yet,
+        plan after :data:`~tfam.training.budget.MEASURE_STEPS` timed steps; afterwards the times
+        wait for the next epoch end's re-plan (:meth:`_budget_replan`)."""
         cfg = self.config
         if cfg.max_minutes is None or cfg.refit or self.phase != 1:
             return
@@ -228,11 +229,11 @@ class ControlMixin:
     def _budget_replan(self, epoch_end_s: float) -> str | None:
         """At an epoch's end (before its checkpoint): plan again from the steps timed since the
         last plan (the mean of the later half) and this epoch end's evaluation (``epoch_end_s``
-        seconds). The
-        end moves only when it moves by more than :data:`~tfam.training.budget.REPLAN_SHARE`
-        of the planned steps; the cosine then ends at the new step without a jump in the
-        learning rate (:meth:`~tfam.training.optim.WarmupCosine.retarget`). Returns the line
-        that says so, or None."""
+        seconds). The end moves only when it moves by more than
+        :data:`~tfam.training.budget.REPLAN_SHARE` of the planned steps; the cosine then ends
+        at the new step without a jump in the learning rate
+        (:meth:`~tfam.training.optim.WarmupCosine.retarget`). Returns the line that says so,
+        or None."""
         plan, cfg = self._budget_plan, self.config
         if plan is None or cfg.max_minutes is None or cfg.refit or self.phase != 1:
             return None
@@ -243,19 +244,12 @@ class ControlMixin:
         # The later half: the speed the machine has now, should it have changed mid-epoch.
         recent = since[len(since) // 2 :]
         step_s = sum(recent) / len(recent)
-        budget_s = 60.0 * float(cfg.max_minutes)
         per_epoch = self._per_epoch_set()
         n_per_epoch = len(per_epoch) if per_epoch is not None else 0
         eval_s = epoch_end_s / n_per_epoch if n_per_epoch else plan.eval_seconds
-        n_test = len(self.test_set) if self.val_set is not None and self.test_set else 0
-        reserve = reserve_seconds(budget_s, n_per_epoch + n_test, eval_s, plan.save_seconds)
-        total = plan_steps(
-            left_s=budget_s - self.elapsed() - plan.save_seconds - reserve,
-            done=self.global_step,
-            step_s=step_s,
-            steps_per_epoch=self.steps_per_epoch,
-            recipe_steps=plan.recipe_steps,
-            epoch_end_s=epoch_end_s + plan.save_seconds,
+        # This epoch end's checkpoint is still to be written.
+        total, reserve = self._reachable_end(
+            step_s, eval_s, plan.save_seconds, epoch_end_s, pending_s=plan.save_seconds
         )
         # Every process follows rank 0's numbers (their clocks differ).
         total, step_s, reserve = D.broadcast_object((total, step_s, reserve), self.dist)
@@ -278,6 +272,31 @@ class ControlMixin:
             f"re-planned at step {self.global_step}: {ends} (was {was}, of the recipe's "
             f"{plan.recipe_steps})"
         )
+
+    def _reachable_end(
+        self, step_s: float, eval_s: float, save_s: float, epoch_eval_s: float,
+        pending_s: float = 0.0,
+    ) -> tuple[int, float]:  # fmt: skip
+        """The last step the budget reaches from now, at ``step_s`` a step, ``eval_s`` an
+        evaluated example, ``save_s`` a checkpoint and ``epoch_eval_s`` an epoch end's
+        evaluation (``pending_s``: still to spend before the next step), and the reserve kept
+        for the end."""
+        budget_s = 60.0 * float(self.config.max_minutes)
+        per_epoch = self._per_epoch_set()
+        n_per_epoch = len(per_epoch) if per_epoch is not None else 0
+        # The end evaluates the per-epoch split (when it stops mid-epoch) and, with a
+        # validation split, the test split too.
+        n_test = len(self.test_set) if self.val_set is not None and self.test_set else 0
+        reserve = reserve_seconds(budget_s, n_per_epoch + n_test, eval_s, save_s)
+        total = plan_steps(
+            left_s=budget_s - self.elapsed() - pending_s - reserve,
+            done=self.global_step,
+            step_s=step_s,
+            steps_per_epoch=self.steps_per_epoch,
+            recipe_steps=self.total_steps,
+            epoch_end_s=epoch_eval_s + save_s,
+        )
+        return total, reserve
 
     def _set_scheduled_lr(self) -> None:
         """The next step's learning rate from the schedule's factors (after they changed)."""
@@ -312,23 +331,11 @@ class ControlMixin:
 
     def _make_budget_plan(self, step_s: float) -> None:
         cfg = self.config
-        budget_s = 60.0 * float(cfg.max_minutes)
         per_epoch = self._per_epoch_set()
         eval_s = self._time_eval(per_epoch)
         save_s = self._save_estimate()
         n_per_epoch = len(per_epoch) if per_epoch is not None else 0
-        # The end evaluates the per-epoch split (when it stops mid-epoch) and, with a
-        # validation split, the test split too.
-        n_test = len(self.test_set) if self.val_set is not None and self.test_set else 0
-        reserve = reserve_seconds(budget_s, n_per_epoch + n_test, eval_s, save_s)
-        total = plan_steps(
-            left_s=budget_s - self.elapsed() - reserve,
-            done=self.global_step,
-            step_s=step_s,
-            steps_per_epoch=self.steps_per_epoch,
-            recipe_steps=self.total_steps,
-            epoch_end_s=n_per_epoch * eval_s + save_s,
-        )
+        total, reserve = self._reachable_end(step_s, eval_s, save_s, n_per_epoch * eval_s)
         plan = BudgetPlan(
             minutes=float(cfg.max_minutes),
             planned_at=self.global_step,

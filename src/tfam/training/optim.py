@@ -40,6 +40,7 @@ __all__ = [
     "inverse_sqrt_factor",
     "split_decay",
     "cosine_factor",
+    "cosine_progress",
     "warmup_cosine_factor",
 ]
 
@@ -127,8 +128,13 @@ def warmup_cosine_factor(
     """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
+    return cosine_factor(cosine_progress(step, warmup_steps, total_steps), min_factor)
+
+
+def cosine_progress(step: int, warmup_steps: int, total_steps: int) -> float:
+    """The cosine's progress t = (step - warmup) / (total - warmup), clamped to [0, 1]."""
     decay_steps = max(total_steps - warmup_steps, 1)
-    return cosine_factor(min(max((step - warmup_steps) / decay_steps, 0.0), 1.0), min_factor)
+    return min(max((step - warmup_steps) / decay_steps, 0.0), 1.0)
 
 
 def cosine_factor(t: float, min_factor: float = 0.0) -> float:
@@ -154,14 +160,11 @@ class WarmupCosine:
         """The cosine's t in [0, 1] at ``step`` (0 during warmup)."""
         anchor = getattr(self, "anchor_step", -1)  # -1 also for a factor pickled before anchors
         if anchor < 0 or step < anchor:
-            if step < self.warmup_steps:
-                return 0.0
-            decay_steps = max(self.total_steps - self.warmup_steps, 1)
-            return min(max((step - self.warmup_steps) / decay_steps, 0.0), 1.0)
-        t = self.anchor_t + (1.0 - self.anchor_t) * (step - anchor) / max(
-            self.total_steps - anchor, 1
+            return cosine_progress(step, self.warmup_steps, self.total_steps)
+        # From the anchor, the rest of the way to 1 over the steps left to the end.
+        return self.anchor_t + (1.0 - self.anchor_t) * cosine_progress(
+            step, anchor, self.total_steps
         )
-        return min(max(t, 0.0), 1.0)
 
     def retarget(self, step: int, total_steps: int) -> None:
         """End the cosine at ``total_steps`` instead, continuing from ``step`` at the rate it
