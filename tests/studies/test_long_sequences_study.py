@@ -35,3 +35,15 @@ def test_scores_held_follow_each_kernels_cost():
     # a window of ~L/16 keys each side holds far fewer scores than the L x L matrix
     assert scores_held_mb("local", length, p) < dense / 4
     assert scores_held_mb("chunked", length, p) <= dense
+
+
+def test_the_report_says_where_the_gpu_rows_stand(monkeypatch):
+    import torch
+
+    from tfam.studies.long_sequences import _gpu_rows
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "were not run: no GPU is visible to torch on this machine" in _gpu_rows("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert "rerun with `--profile full --device cuda`" in _gpu_rows("cpu")
+    assert _gpu_rows("cuda") == "These are the GPU rows."

@@ -79,3 +79,60 @@ def test_bad_values_are_one_line(argv, expected, capsys, tmp_path, monkeypatch):
     assert len(err.splitlines()) == 1 and expected in err
     if "unknown" in expected:
         assert all(n in err for n in STUDIES)
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["study", "flash", "--device", "tpu", "--out", "x"],
+         "--device 'tpu' is invalid: expected cpu, cuda or cuda:N"),
+        (["study", "ln-vs-bn", "--device", "cuda", "--out", "x"],
+         "--device 'cuda' is invalid for study 'ln-vs-bn' at profile 'tiny': it runs on the "
+         "CPU only (studies with CUDA profiles: flash, long-sequences)"),
+    ],
+)  # fmt: skip
+def test_bad_devices_are_one_line_before_any_work(argv, expected, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_cuda_settings_replace_the_profiles_and_record_the_device():
+    study = get_study("long-sequences")
+    cpu = study.settings_for("full")
+    cuda = study.settings_for("full", "cuda:1")
+    assert "device" not in cpu  # CPU folders written before --device existed still resume
+    assert cuda["device"] == "cuda:1" and cuda["listops_lengths"] == [500, 1000]
+    assert cuda["text_length"] == 1000 and cuda["image_size"] == 32
+    assert {k: v for k, v in cuda.items() if k not in study.profiles["full"].cuda} == {
+        **{k: v for k, v in cpu.items() if k not in study.profiles["full"].cuda},
+        "device": "cuda:1",
+    }
+    assert study.settings_for("tiny", "cuda") == {**study.settings_for("tiny"), "device": "cuda"}
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_refused_in_one_line(capsys, tmp_path):
+    assert main(["study", "flash", "--device", "cuda", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--device 'cuda' is invalid here: torch sees no CUDA device" in err
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["flash", "long-sequences"])
+def test_cuda_studies_run_tiny_on_the_gpu(name, tmp_path):
+    result = get_study(name).run("tiny", seeds=1, out_dir=tmp_path, device="cuda")
+    assert result["settings"]["device"] == "cuda"
+    report = (tmp_path / "report.md").read_text()
+    assert "--device cuda" in report and "cuda" in report.split("## Setup")[1]
+
+
+def test_list_shows_which_profiles_run_on_cuda(capsys):
+    assert main(["study", "--list"]) == 0
+    text = capsys.readouterr().out
+    block = text.split("long-sequences  (")[1].split("\nno-positions")[0]
+    assert "on CUDA (--device cuda): tiny ~seconds; full not measured" in block
+    assert "on CUDA" not in text.split("ln-vs-bn  (")[1].split("\nlong-sequences")[0]

@@ -14,6 +14,7 @@ EPILOG = """examples:
   tfam study positions --profile tiny --out runs/study-positions
   tfam study flash --profile quick --seeds 3 --out runs/study-flash
   tfam study attention-vs-rnn --profile quick --out runs/study-rnn
+  tfam study long-sequences --profile full --device cuda --out runs/study-long-cuda
 
 A study writes DIR/results.json (every condition's record, appended as soon as it is measured),
 its figures (PNG) and DIR/report.md (the claim, the setup, tables, figures and a conclusion
@@ -40,6 +41,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seeds", default=None, metavar="N",
                    help="seeds per condition (default: the study's, 3)")  # fmt: skip
     p.add_argument("--out", default=None, metavar="DIR", help="the output folder")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="cpu (default), or cuda / cuda:N for the studies whose profiles have "
+                   "CUDA settings (longer lengths; tfam study --list shows them)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -57,11 +61,16 @@ def list_studies() -> str:
                     if study.profiles[p].measured]  # fmt: skip
         if measured:
             lines.append("    measured: " + "; ".join(measured))
+        cuda = [f"{p} {study.profiles[p].cuda_expected}".rstrip() for p in PROFILES
+                if study.profiles[p].cuda is not None]  # fmt: skip
+        if cuda:
+            lines.append("    on CUDA (--device cuda): " + "; ".join(cuda))
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     from tfam.studies import PROFILES, Progress, get_study
+    from tfam.studies.base import require_device
 
     if args.list:
         print(list_studies())
@@ -83,9 +92,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.out:
         raise ValueError("--out DIR is required: the folder for report.md, results.json and "
                          "the figures")  # fmt: skip
-    print(f"tfam study {study.name} ({args.profile}, expected "
-          f"{study.profiles[args.profile].expected}): {study.title}", file=sys.stderr)  # fmt: skip
-    result = study.run(args.profile, seeds, args.out, Progress(enabled=not args.quiet))
+    study.settings_for(args.profile, args.device)  # a bad --device fails before any work
+    require_device(args.device)
+    prof = study.profiles[args.profile]
+    expected = prof.expected if args.device == "cpu" else prof.cuda_expected or "not measured"
+    print(f"tfam study {study.name} ({args.profile} on {args.device}, expected {expected}): "
+          f"{study.title}", file=sys.stderr)  # fmt: skip
+    result = study.run(args.profile, seeds, args.out, Progress(enabled=not args.quiet),
+                       device=args.device)  # fmt: skip
     for line in result.get("conclusions", []):
         print(f"- {line}")
     print(f"wrote {args.out}/report.md, results.json and figures ({result['seconds']:.0f} s)")

@@ -16,6 +16,7 @@ progress bars and ``report.md``.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -53,6 +54,10 @@ class Profile:
     settings: dict[str, Any]
     expected: str
     measured: str = ""
+    #: The settings that replace ``settings``' on a CUDA device (``--device cuda``: longer
+    #: lengths); None when the profile runs on the CPU only.
+    cuda: dict[str, Any] | None = None
+    cuda_expected: str = ""
 
 
 @dataclass
@@ -157,6 +162,7 @@ class Context:
     progress: Progress
     skipped: int = 0
     ran: int = 0
+    device: str = "cpu"
     notes: list[str] = field(default_factory=list)
 
     def once(self, key: str, fn: Callable[[], Any]) -> Any:
@@ -202,28 +208,54 @@ class Study:
         """The report's sections and its conclusions (sentences computed from the records)."""
         raise NotImplementedError
 
+    def settings_for(self, profile: str, device: str = "cpu") -> dict[str, Any]:
+        """The settings ``profile`` runs with on ``device`` ("cpu", "cuda" or "cuda:N"): on
+        CUDA the profile's ``cuda`` settings replace its own and ``device`` is recorded (so a
+        folder never mixes CPU and CUDA records). Raises ValueError for an unknown profile,
+        a malformed device, or CUDA on a profile that runs on the CPU only."""
+        if profile not in self.profiles:
+            raise ValueError(
+                f"--profile {profile!r} is invalid for study {self.name!r}: expected one of "
+                + ", ".join(self.profiles)
+            )
+        if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+            raise ValueError(f"--device {device!r} is invalid: expected cpu, cuda or cuda:N")
+        settings = dict(self.profiles[profile].settings)
+        if device == "cpu":
+            return settings
+        cuda = self.profiles[profile].cuda
+        if cuda is None:
+            ready = [n for n, c in sorted(STUDIES.items())
+                     if any(p.cuda is not None for p in c.profiles.values())]  # fmt: skip
+            raise ValueError(
+                f"--device {device!r} is invalid for study {self.name!r} at profile "
+                f"{profile!r}: it runs on the CPU only (studies with CUDA profiles: "
+                + (", ".join(ready) or "none")
+                + ")"
+            )
+        return {**settings, **cuda, "device": device}
+
     def run(
         self,
         profile: str = "tiny",
         seeds: int | None = None,
         out_dir: str | Path = ".",
         progress: Progress | None = None,
+        device: str = "cpu",
     ) -> dict[str, Any]:
         """Measure (skipping what ``out_dir/results.json`` already holds), then write
-        ``results.json``, the figures and ``report.md``; returns results.json's content."""
-        if profile not in self.profiles:
-            raise ValueError(
-                f"--profile {profile!r} is invalid for study {self.name!r}: expected one of "
-                + ", ".join(self.profiles)
-            )
+        ``results.json``, the figures and ``report.md``; returns results.json's content.
+        ``device``: see :meth:`settings_for`; CUDA must be visible to torch."""
+        settings = self.settings_for(profile, device)
         n = self.default_seeds if seeds is None else seeds
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"--seeds {seeds!r} is invalid: expected an int >= 1")
+        require_device(device)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        settings = dict(self.profiles[profile].settings)
         store = ResultStore(out / RESULTS, self.name, profile, settings)
-        ctx = Context(profile, settings, list(range(n)), out, store, progress or Progress())
+        ctx = Context(profile, settings, list(range(n)), out, store, progress or Progress(),
+                      device=device)  # fmt: skip
         start = time.perf_counter()
         self.measure(ctx)
         sections, conclusions = self.report(ctx)
@@ -247,7 +279,8 @@ class Study:
             f"({len(ctx.seeds)}). " + self.setup(ctx),
             "",
             f"Command: `tfam study {self.name} --profile {ctx.profile} --seeds {len(ctx.seeds)} "
-            f"--out {ctx.out}`",
+            + (f"--device {ctx.device} " if ctx.device != "cpu" else "")
+            + f"--out {ctx.out}`",
             "",
         ]
         for s in sections:
@@ -265,6 +298,18 @@ class Study:
 
 
 STUDIES: dict[str, type[Study]] = {}
+
+
+def require_device(device: str) -> None:
+    """Raise ValueError in one line when ``device`` is CUDA and torch sees no GPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"--device {device!r} is invalid here: torch sees no CUDA device "
+                "(torch.cuda.is_available() is False)"
+            )
 
 
 def register_study(cls: type[Study]) -> type[Study]:

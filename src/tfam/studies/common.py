@@ -50,8 +50,13 @@ def train_steps(
     return losses, time.perf_counter() - start
 
 
-def machine() -> str:
-    """'CPU: 2 cores, 1 torch thread(s), torch 2.x' — what a report says it ran on."""
+def machine(device: str = "cpu") -> str:
+    """'x86_64, 2 cores, 1 torch thread(s), torch 2.x' — what a report says it ran on; on a
+    CUDA ``device`` the GPU's name (and its memory) first."""
     cores = os.cpu_count() or 0
     name = platform.processor() or platform.machine()
-    return f"{name}, {cores} cores, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}"
+    host = f"{name}, {cores} cores, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}"
+    if not device.startswith("cuda"):
+        return host
+    gpu = torch.cuda.get_device_properties(torch.device(device))
+    return f"{gpu.name} ({gpu.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}) on {host}"

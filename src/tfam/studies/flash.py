@@ -48,6 +48,30 @@ def _in_process(spec: BenchSpec, kernel: str, length: int, estimate_mb: float) -
     return Point(kernel, length, r["status"], estimate_mb, r["ms"], r["peak_mb"], r["calls"])
 
 
+def _where(device: str) -> str:
+    return "CPU, one thread" if device == "cpu" else f"{device}, one CPU thread"
+
+
+def _device_note(device: str) -> str:
+    """What the device means for the claim (FlashAttention's speed is a GPU's)."""
+    if device != "cpu":
+        return (
+            f"On {device}, `sdpa` is torch's fused kernel (FlashAttention or memory-efficient "
+            "attention where the shapes allow) and `chunked` the same tiling in plain PyTorch "
+            "operations, each tile a round trip through GPU memory: the speed of tiles kept in "
+            "on-chip memory is `sdpa`'s."
+        )
+    import torch
+
+    gpu = ("no GPU is visible to torch on this machine" if not torch.cuda.is_available()
+           else "rerun with --device cuda for the GPU rows")  # fmt: skip
+    return (
+        "FlashAttention's speed comes from keeping tiles in a GPU's on-chip memory; on this "
+        "CPU, `chunked` is plain PyTorch tiles, so only its memory claim is tested here "
+        f"(no GPU was used: {gpu})."
+    )
+
+
 def _fmt_mb(b: float) -> str:
     return f"{b / 1e6:.3f}" if b < 1e6 else f"{b / 1e6:.1f}"
 
@@ -80,6 +104,8 @@ class FlashStudy(Study):
             ),  # fmt: skip
             expected="~3 s",
             measured="0.7 s (2-core CPU shared with other jobs)",
+            cuda={},  # the same points on a GPU: a smoke test of the CUDA path
+            cuda_expected="~seconds",
         ),
         "quick": Profile(
             dict(
@@ -105,6 +131,10 @@ class FlashStudy(Study):
                 in_process=False,
             ),  # fmt: skip
             expected="~1 h (not measured)",
+            # On a GPU (--device cuda): twice the longest length; the sweep skips a point whose
+            # cost() estimate exceeds the device's free memory.
+            cuda=dict(lengths=[1024, 2048, 4096, 8192, 16384, 32768], time_budget=120.0),
+            cuda_expected="~5 min on one GPU (not measured)",
         ),
     }
 
@@ -113,18 +143,24 @@ class FlashStudy(Study):
         where = "in this process" if s["in_process"] else "each in a fresh child process"
         return (
             f"`tfam bench attention`'s sweep (kernels {', '.join(KERNELS)}; B=1, H={s['heads']}, "
-            f"Dh={s['head_dim']}, float32, CPU, one thread; lengths {s['lengths']}; "
+            f"Dh={s['head_dim']}, float32, {_where(ctx.device)}; lengths {s['lengths']}; "
             f"{', '.join(s['passes'])}), each point {where}, its time the median of "
             f"{s['repeat']} calls; the sweep repeated once per seed. `chunked` runs 512 x 512 "
-            f"tiles (its defaults). Machine: {machine()}; the 2 cores are shared with other "
-            "work, so times carry that noise (the standard deviations show it)."
+            f"tiles (its defaults). Machine: {machine(ctx.device)}"
+            + (
+                "; the 2 cores are shared with other work, so times carry that noise (the "
+                "standard deviations show it)."
+                if ctx.device == "cpu"
+                else "."
+            )
         )
 
     def _spec(self, ctx: Context, passname: str) -> BenchSpec:
         s = ctx.settings
         return BenchSpec(kernels=KERNELS, lengths=tuple(s["lengths"]), heads=s["heads"],
                          head_dim=s["head_dim"], backward=passname == "forward+backward",
-                         repeat=s["repeat"], time_budget=s["time_budget"], threads=1)  # fmt: skip
+                         repeat=s["repeat"], time_budget=s["time_budget"], threads=1,
+                         device=ctx.device)  # fmt: skip
 
     def measure(self, ctx: Context) -> None:
         s = ctx.settings
@@ -184,7 +220,7 @@ class FlashStudy(Study):
             slope = {(p.kernel, p.length): p.mb_slope for p in mean_points}
             png = ctx.figure(f"flash_{passname.replace('+', '_')}.png")
             plot_complexity(mean_points, png, f"attention {passname}: B=1, H={spec.heads}, "
-                            f"Dh={spec.head_dim}, float32, CPU (means over seeds)")  # fmt: skip
+                            f"Dh={spec.head_dim}, float32, {ctx.device} (means over seeds)")  # fmt: skip
             sections.append(Section(
                 f"{passname}: time and memory against length",
                 md_table(["kernel", "L", "ms", "peak MB", "scores held (MB)",
@@ -227,9 +263,5 @@ class FlashStudy(Study):
                             + t.describe("chunked", other, digits=2, unit="ms")
                             + "."
                         )
-        conclusions.append(
-            "FlashAttention's speed comes from keeping tiles in a GPU's on-chip memory; on this "
-            "CPU, `chunked` is plain PyTorch tiles, so only its memory claim is tested here "
-            "(no GPU was used)."
-        )
+        conclusions.append(_device_note(ctx.device))
         return sections, conclusions

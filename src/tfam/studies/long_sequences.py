@@ -62,12 +62,14 @@ def scores_held_mb(kernel: str, length: int, p: LabProfile) -> float | None:
     return cost.score_elements * 4 * p.batch_size * p.heads / 1e6
 
 
-def _isolated_point(task: str, kernel: str, p: LabProfile, seed: int) -> dict[str, Any]:
+def _isolated_point(
+    task: str, kernel: str, p: LabProfile, seed: int, device: str = "cpu"
+) -> dict[str, Any]:
     """One point in a fresh child process (its own peak memory): the lab's ``_isolated``."""
     from tfam.bench.long_sequences import _isolated
 
     spec = {"task": task, "kernel": kernel, "profile": dataclasses.asdict(p), "seed": seed,
-            "device": "cpu", "threads": 1}  # fmt: skip
+            "device": device, "threads": 1}  # fmt: skip
     return _isolated(spec, timeout=None)
 
 
@@ -119,6 +121,8 @@ class LongSequencesStudy(Study):
             expected="~4 s",
             measured="3.7 s of CPU with torch's optimizer and matplotlib already imported (as in "
             "the test session); 7.9 s wall on the shared 2-core CPU (load 5)",
+            cuda={},  # the same points on a GPU: a smoke test of the CUDA path
+            cuda_expected="~seconds",
         ),  # fmt: skip
         # The nine distinct kernels (auto is math or sdpa by length, edges equals math on a
         # dense mask, flex trains through chunked on a CPU: full runs them), short sequences
@@ -168,6 +172,11 @@ class LongSequencesStudy(Study):
                 lr=2e-3,
             ),
             expected="~2 h (estimated from quick's step times; not run)",
+            # On a GPU (--device cuda): the issue's lengths (ListOps up to 1,000 tokens,
+            # 1,000-byte texts, 32 x 32 = 1,024-pixel paths) at batch 32, in one process
+            # (torch.cuda's peak statistics are reset per point, so its peaks are true).
+            cuda=dict(batch_size=32, listops_lengths=[500, 1000], text_length=1000, image_size=32),
+            cuda_expected="not measured (108 points of 300 steps at L ~ 1,000; meant for one GPU)",
         ),  # fmt: skip
     }
 
@@ -190,7 +199,12 @@ class LongSequencesStudy(Study):
             "a Pathfinder-like task tfam generates; it is NOT LRA's Pathfinder data). "
             f"{p.train_size} training and {p.test_size} test examples per task. Pattern kernels "
             "(local, longformer, block_sparse) see ~L/16 keys each side. Machine: "
-            f"{machine()}; the 2 cores are shared with other work, so speeds carry that noise."
+            f"{machine(ctx.device)}"
+            + (
+                "; the 2 cores are shared with other work, so speeds carry that noise."
+                if ctx.device == "cpu"
+                else "."
+            )
         )
 
     def measure(self, ctx: Context) -> None:
@@ -206,8 +220,8 @@ class LongSequencesStudy(Study):
 
                 def one(task: str = task, kernel: str = kernel, seed: int = seed) -> dict:
                     if point is not None:
-                        return point(task, kernel, p, seed)
-                    return run_point(task, kernel, p, seed=seed)
+                        return point(task, kernel, p, seed, ctx.device)
+                    return run_point(task, kernel, p, seed=seed, device=ctx.device)
 
                 ctx.once(f"{task}/{kernel}/seed{seed}", one)
                 step(f"{task} {kernel} seed {seed}")
@@ -223,7 +237,9 @@ class LongSequencesStudy(Study):
         summary: list[dict[str, Any]] = []
         tally: dict[str, list[str]] = {"faster_worse": [], "faster_same": [], "faster_better": [],
                                        "other": []}  # fmt: skip
-        memory = "measured" if s["isolate"] else "cost()"
+        # On CUDA the lab resets torch.cuda's peak statistics per point: true peaks in-process.
+        peaks = s["isolate"] or ctx.device != "cpu"
+        memory = "measured" if peaks else "cost()"
         for task in TASKS:
             base = ctx.store.get(f"baseline/{task}")
             recs = {k: [ctx.store.get(f"{task}/{k}/seed{sd}") for sd in ctx.seeds]
@@ -249,13 +265,14 @@ class LongSequencesStudy(Study):
                     "task": task, "kernel": k, "exactness": ok[k][0]["exactness"],
                     "length": length, "accuracy": a.mean, "accuracy_sd": a.std,
                     "steps_per_s": v.mean,
-                    "peak_mb": mb.mean if s["isolate"] else (held or 0.0),
+                    "peak_mb": mb.mean if peaks else (held or 0.0),
                     "status": "ok",
                 })  # fmt: skip
             sections.append(Section(
                 f"{task} (L = {length} tokens with [CLS])",
                 md_table(["kernel", "kind", "accuracy (%)", "against math", "steps/s",
-                          "peak MB (RSS rise)", "scores held (MB)"], rows)
+                          "peak MB (CUDA)" if ctx.device != "cpu" else "peak MB (RSS rise)",
+                          "scores held (MB)"], rows)
                 + f"\n\nMajority class of the {base['test_size']} test examples: "
                 f"{100 * base['majority']:.1f}% ({base['classes']} classes).",
             ))  # fmt: skip
@@ -290,14 +307,14 @@ class LongSequencesStudy(Study):
                     tally["other"].append(f"{k} ({task})")
         png = ctx.figure("long_sequences.png")
         plot_tradeoff(summary, png, title=f"long sequences, profile {ctx.profile}: speed, "
-                      f"accuracy, memory ({'peak MB' if s['isolate'] else 'scores held'} "
+                      f"accuracy, memory ({'peak MB' if peaks else 'scores held'} "
                       "as marker area)")  # fmt: skip
         sections.append(Section(
             "Speed, accuracy and memory",
             f"![speed-accuracy-memory scatter]({png.name})\n\nOne panel per task, one point "
             "per kernel (mean over seeds, bar: sd): x training steps/s, y test accuracy; "
             "marker area: "
-            + ("the measured peak memory." if s["isolate"] else
+            + ("the measured peak memory." if peaks else
                "the attention scores the kernel holds (its cost()), since in one process the "
                "resident-set rise of a later point is hidden by an earlier one's.")
             + " Circle exact, square pattern, triangle approximate.",
@@ -316,16 +333,32 @@ class LongSequencesStudy(Study):
             + ". "
             + _verdict(tally)
         )
+        longest = max(p.listops_lengths[1], p.text_length, p.image_size**2)
         conclusions.append(
-            f"Lengths here are at most {max(p.listops_lengths[1], p.text_length, p.image_size**2)}"
-            " tokens (LRA: 1,000-4,000): at such lengths the O(L²) score matrix is small, so "
-            "the efficient kernels' savings are small too; the pathfinder32 task is tfam's own "
-            f"generator, not LRA's data. Peak memory is {memory}"
+            f"Lengths here are at most {longest} tokens on {ctx.device} (LRA: 1,000-4,000)"
+            + (": at such lengths the O(L²) score matrix is small, so the efficient kernels' "
+               "savings are small too" if longest < 1000 else "")
+            + "; the pathfinder32 task is tfam's own generator, not LRA's data. "
+            + _gpu_rows(ctx.device)
+            + f" Peak memory is {memory}"
             + (" (each point in its own process)." if s["isolate"] else
+               " (torch.cuda's peak, reset per point)." if peaks else
                ": in one process the resident-set rise is a lower bound, so the scatter shows "
                "each kernel's cost() estimate instead.")
         )  # fmt: skip
         return sections, conclusions
+
+
+def _gpu_rows(device: str) -> str:
+    """Where the issue's CUDA rows (LRA's lengths) stand, from what this run could see."""
+    if device != "cpu":
+        return "These are the GPU rows."
+    import torch
+
+    if torch.cuda.is_available():
+        return "The GPU rows at LRA's lengths: rerun with `--profile full --device cuda`."
+    return ("The GPU rows at LRA's lengths (`--profile full --device cuda`) were not run: no "
+            "GPU is visible to torch on this machine.")  # fmt: skip
 
 
 def _vs(c: Any) -> str:
