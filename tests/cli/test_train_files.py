@@ -177,6 +177,21 @@ def test_bert_pretrains_masked_lm_on_text(cli, tmp_path: Path) -> None:
     assert "masked tokens" in text
 
 
+def test_bert_pretrains_on_labelled_texts_then_fine_tunes_to_classify(cli, tmp_path: Path) -> None:
+    """BERT's two stages from the CLI: masked-LM on the texts (their labels unused: the batches'
+    class labels give way to the masking's), then --init from that run to classify, whose
+    pooler (which the masked-LM run had no use for) is built new."""
+    data = reviews_csv(tmp_path / "reviews.csv", n=24)
+    pre = tmp_path / "pre"
+    assert train(cli, "bert", data, pre, "--task", "mlm")["task"] == "masked-lm"
+    assert json.loads((pre / "config.json").read_text())["pooler"] is False
+    out = tmp_path / "run"
+    code, _, err = cli(["train", "bert", "--data", data, *STEPS, "--init", pre, "--out", out])
+    assert code == 0, err
+    config = json.loads((out / "config.json").read_text())
+    assert config["head"] == "sequence" and config["pooler"] is True and config["dim"] == 32
+
+
 def test_gpt_resume_reads_the_saved_file_options(cli, tmp_path: Path) -> None:
     data = tmp_path / "lines.jsonl"
     data.write_text("".join(json.dumps({"body": STORY, "n": i}) + "\n" for i in range(30)))

@@ -26,6 +26,9 @@ def test_every_entry_lists_its_default_task_first() -> None:
     # The facts of the default task are the data's.
     assert task_facts(get_dataset("sentiment"))["head"] == "sequence"
     assert task_facts(get_dataset("pos"), "masked-lm")["head"] == "mlm"
+    # The labelled sentences can pre-train BERT (`--data sentiment --task mlm`).
+    assert get_dataset("sentiment").tasks == ("sequence-classification", "masked-lm")
+    assert task_facts(get_dataset("sentiment"), "masked-lm")["head"] == "mlm"
 
 
 def test_an_invalid_pair_is_one_line_naming_the_valid_tasks(cli, one_line, tmp_path) -> None:

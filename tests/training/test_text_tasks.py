@@ -468,6 +468,29 @@ def test_masked_lm_trains_through_the_trainer() -> None:
     assert trainer.evaluate_metrics() == trainer.evaluate_metrics()
 
 
+def test_masked_lm_pre_trains_on_a_labelled_text_set_ignoring_its_labels() -> None:
+    """`tfam train bert --data sentiment --task mlm`: the set's batches carry one class per
+    sentence (B,), which masked-LM drops and replaces by its own per-token labels."""
+    from tfam.data.sources.textsets import TextClassDataset, train_wordpiece
+
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    g = torch.Generator().manual_seed(0)
+    texts = []
+    for _ in range(320):
+        word = words[int(torch.randint(0, 8, (), generator=g))]
+        texts.append(" ".join([word] * int(torch.randint(6, 14, (), generator=g))))
+    tok = train_wordpiece(texts, 60)
+    train = TextClassDataset(texts[:256], [len(t) % 2 for t in texts[:256]], tok, ("a", "b"))
+    test = TextClassDataset(texts[256:], [len(t) % 2 for t in texts[256:]], tok, ("a", "b"))
+    assert train.get_batch([0, 1])["labels"].shape == (2,)
+    task = task_for("masked-lm", train)
+    torch.manual_seed(0)
+    model = tfam.create_model("bert", dim=32, depth=1, heads=2, vocab_size=tok.vocab_size,
+                              max_positions=128, head="mlm", pad_token_id=tok.pad_id)  # fmt: skip
+    before, result, _ = fit(task, model, train, test, epochs=5)
+    assert result.test_metrics["loss"] < before["loss"] - 1.0, (before, result.test_metrics)
+
+
 # -- --init from a preset's pretrained weights ----------------------------------------------
 def test_init_from_pretrained_weights_copies_the_encoder_and_says_the_head_is_fresh(
     monkeypatch,

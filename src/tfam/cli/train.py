@@ -577,6 +577,10 @@ def _model_values(
                 f"{key}={fact!r}"
             )
     base = _init_architecture(init, preset, settings)
+    if "head" in facts and base.get("head", facts["head"]) != facts["head"]:
+        # A new head (a masked-LM run fine-tuned to classify): the pooler follows it (BERT's
+        # sequence head reads the pooled [CLS]) unless --set says otherwise.
+        base.pop("pooler", None)
     if init is not None and "vocab_size" in facts and "vocab_size" not in overrides:
         from tfam.models import create_config
 

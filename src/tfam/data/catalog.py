@@ -912,6 +912,7 @@ register_dataset(
             "info": SENTIMENT_INFO,
             "loader": lambda split, root=None, seed=0: load_sentiment(split, root=root),
             "aliases": ("movie-reviews",),
+            "tasks": ("sequence-classification", "masked-lm"),
         },
         epochs=3,
         lr=5e-5,

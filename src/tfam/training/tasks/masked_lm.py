@@ -113,7 +113,8 @@ class MaskedLM(TokenTask):
     trainer's augmentation generator (so a resumed run masks as an uninterrupted one); in
     evaluation in :meth:`eval_sums`, each row under a seed from ``eval_seed`` and the row's own
     tokens, so evaluation is deterministic and does not depend on batch size, chunking or the
-    number of processes. A batch that already has ``"labels"`` is taken as masked.
+    number of processes. A batch that already has ``"labels"`` of its ``input_ids``' shape is
+    taken as masked; other labels (a labelled text set's one class per sentence) are dropped.
 
     Loss: cross-entropy (with ``config.label_smoothing``) summed over chosen positions
     (``count``); metrics ``loss`` (nats per masked token) and ``acc``, over chosen positions.
@@ -238,6 +239,7 @@ class MaskedLM(TokenTask):
     ) -> Batch:
         if fn is not None:
             batch = fn(batch, generator)
+        batch = _token_labels_only(batch)
         return batch if "labels" in batch else self.mask_batch(batch, generator)
 
     # -- losses and metrics (TokenTask's, on masked batches) ----------------------------------
@@ -247,7 +249,17 @@ class MaskedLM(TokenTask):
         return batch
 
     def evaluation_batch(self, model: nn.Module, batch: Batch) -> Batch:
+        batch = _token_labels_only(batch)
         return batch if "labels" in batch else self.eval_mask(batch)
+
+
+def _token_labels_only(batch: Batch) -> Batch:
+    """The batch without its ``labels`` when they are not one per token: a labelled text set
+    (a sentence's class, (B,)) read for masked-LM pre-training, whose labels are unused."""
+    labels = batch.get("labels")
+    if labels is None or labels.shape == batch["input_ids"].shape:
+        return batch
+    return {k: v for k, v in batch.items() if k != "labels"}
 
     def predict(self, model: nn.Module, batch: Batch) -> Tensor:
         """Token probabilities (B, L, V) of the batch as given (mask the ids to predict)."""
