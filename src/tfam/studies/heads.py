@@ -101,6 +101,8 @@ class HeadsStudy(Study):
             # docs/studies/heads.md); the quick profile's width, where 120 steps learn nothing.
             expected="~2.6 h of one thread's CPU time (sized from measured step times); ~4 h of "
             "wall time beside another single-thread job",
+            measured="22,155 s of training (the records' sum; each on one thread beside 2-3 "
+            "other single-thread jobs, some in helper processes), not timed alone",
         ),
     }
 
