@@ -126,7 +126,7 @@ class LongSequencesStudy(Study):
         ),  # fmt: skip
         # The nine distinct kernels (auto is math or sdpa by length, edges equals math on a
         # dense mask, flex trains through chunked on a CPU: full runs them), short sequences
-        # (ListOps 16-64 tokens, 64 bytes, 16 x 16 pixels), 150 steps of 32 at lr 5e-3, one
+        # (ListOps 16-64 tokens, 64 bytes, 16 x 16 pixels), 120 steps of 32 at lr 5e-3, one
         # layer: sized from step times measured on the shared CPU (300 such steps took 7-10 s
         # of CPU for listops and lra-text and learned both above their majority class);
         # generating a Pathfinder-like image takes ~0.05-0.1 s, so 1,400 of them.
@@ -134,7 +134,7 @@ class LongSequencesStudy(Study):
             dict(
                 kernels=QUICK_KERNELS,
                 isolate=False,
-                steps=150,
+                steps=120,
                 batch_size=32,
                 train_size=1200,
                 test_size=200,
@@ -147,8 +147,9 @@ class LongSequencesStudy(Study):
                 ffn_dim=64,
                 lr=5e-3,
             ),
-            expected="~10 min on a 2-core CPU (9 kernels x 3 tasks x 3 seeds)",
-            measured="628 s on the 2-core CPU beside one other single-thread study",
+            expected="~8 min on a 2-core CPU (9 kernels x 3 tasks x 3 seeds)",
+            measured="438 s on the quiet 2-core CPU (2 threads); at 150 steps it took 628 s on "
+            "one thread beside another study",
         ),  # fmt: skip
         # Every kernel at L ~ 256 (ListOps 64-256 tokens, 256 bytes, 16 x 16 pixels), 300
         # steps of 16, all in one process: a child process per point would generate its
