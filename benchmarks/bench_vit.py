@@ -28,7 +28,6 @@ all`` (ViT-B/16, DeiT-B distilled, Swin-T, ResNet-50, ImageGPT-small).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import time
 
@@ -40,6 +39,7 @@ from timing import interleaved  # noqa: E402
 
 import tfam  # noqa: E402
 from tfam.interop import to_hf  # noqa: E402
+from tfam.training.devices import autocast  # noqa: E402
 
 # One preset per family that Hugging Face also has (--family all).
 FAMILY_PRESETS = [
@@ -96,11 +96,7 @@ def bench_preset(
     forward_flops = tfam.explain(model).total_flops  # per image
     hf = to_hf(model).eval().to(device)
     model = model.to(device)
-    amp = (
-        torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
-        if precision == "bf16"
-        else contextlib.nullcontext()
-    )
+    amp = autocast(torch.device(device), precision)  # as `tfam train --precision` does
 
     def timed(fn):  # noqa: ANN001, ANN202
         def call() -> None:

@@ -301,15 +301,17 @@ STUDIES: dict[str, type[Study]] = {}
 
 
 def require_device(device: str) -> None:
-    """Raise ValueError in one line when ``device`` is CUDA and torch sees no GPU."""
-    if device.startswith("cuda"):
-        import torch
+    """Raise ValueError in one line when this machine has no ``device`` (the trainer's check,
+    :func:`tfam.training.devices.resolve_device`: CUDA visible to torch, the index present)."""
+    from tfam.training.devices import resolve_device
 
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"--device {device!r} is invalid here: torch sees no CUDA device "
-                "(torch.cuda.is_available() is False)"
-            )
+    try:
+        resolve_device(device)
+    except ValueError as err:
+        why = str(err).split(": ", 1)[-1]
+        raise ValueError(
+            f"--device {device!r} is invalid here: torch sees no CUDA device of that name ({why})"
+        ) from None
 
 
 def register_study(cls: type[Study]) -> type[Study]:
