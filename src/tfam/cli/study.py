@@ -15,13 +15,16 @@ EPILOG = """examples:
   tfam study flash --profile quick --seeds 3 --out runs/study-flash
   tfam study attention-vs-rnn --profile quick --out runs/study-rnn
   tfam study long-sequences --profile full --device cuda --out runs/study-long-cuda
+  tfam study heads --profile full --jobs 2 --out runs/study-heads   two records at a time
 
 A study writes DIR/results.json (every condition's record, appended as soon as it is measured),
 its figures (PNG) and DIR/report.md (the claim, the setup, tables, figures and a conclusion
 computed from the measured numbers). Rerun the same command after a crash: what
 results.json holds is skipped. Profiles: tiny (seconds; CI), quick (minutes on a 2-core CPU),
 full (hours). Accuracies are means ± standard deviation over --seeds (default 3); a difference
-counts only when it exceeds twice its standard error.
+counts only when it exceeds twice its standard error. --jobs N computes the records of a study
+made of independent training runs in N processes (each with cores / N torch threads), then
+writes the report; studies that time things run one record at a time.
 """
 
 
@@ -44,6 +47,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", default="cpu", metavar="DEVICE",
                    help="cpu (default), or cuda / cuda:N for the studies whose profiles have "
                    "CUDA settings (longer lengths; tfam study --list shows them)")  # fmt: skip
+    p.add_argument("--jobs", default="1", metavar="N",
+                   help="records computed in N parallel processes (default 1; studies of "
+                   "independent training runs only)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -65,6 +71,8 @@ def list_studies() -> str:
                 if study.profiles[p].cuda is not None]  # fmt: skip
         if cuda:
             lines.append("    on CUDA (--device cuda): " + "; ".join(cuda))
+        if study.parallel:
+            lines.append("    --jobs N: N records at a time, in parallel processes")
     return "\n".join(lines)
 
 
@@ -92,14 +100,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.out:
         raise ValueError("--out DIR is required: the folder for report.md, results.json and "
                          "the figures")  # fmt: skip
+    try:
+        jobs = int(args.jobs)
+    except ValueError:
+        raise ValueError(f"--jobs {args.jobs!r} is invalid: expected an int >= 1") from None
     study.settings_for(args.profile, args.device)  # a bad --device fails before any work
+    study.check_jobs(jobs)
     require_device(args.device)
     prof = study.profiles[args.profile]
     expected = prof.expected if args.device == "cpu" else prof.cuda_expected or "not measured"
     print(f"tfam study {study.name} ({args.profile} on {args.device}, expected {expected}): "
           f"{study.title}", file=sys.stderr)  # fmt: skip
     result = study.run(args.profile, seeds, args.out, Progress(enabled=not args.quiet),
-                       device=args.device)  # fmt: skip
+                       device=args.device, jobs=jobs)  # fmt: skip
     for line in result.get("conclusions", []):
         print(f"- {line}")
     print(f"wrote {args.out}/report.md, results.json and figures ({result['seconds']:.0f} s)")

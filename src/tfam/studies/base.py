@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -132,8 +133,9 @@ class Progress:
         self.stream = stream or sys.stderr
 
     @contextmanager
-    def bar(self, total: int, label: str) -> Iterator[Callable[[str], None]]:
-        """``with progress.bar(n, "training") as step: ... step("lstm n=4 seed 0")``."""
+    def bar(self, total: int | None, label: str) -> Iterator[Callable[[str], None]]:
+        """``with progress.bar(n, "training") as step: ... step("lstm n=4 seed 0")``;
+        ``total=None``: a count without an end."""
         if not self.enabled:
             yield lambda desc="": None
             return
@@ -164,13 +166,19 @@ class Context:
     ran: int = 0
     device: str = "cpu"
     notes: list[str] = field(default_factory=list)
+    claim: Callable[[str], bool] | None = None
+    deferred: int = 0
 
     def once(self, key: str, fn: Callable[[], Any]) -> Any:
         """The record under ``key``: read back when a previous run stored it, else computed by
-        ``fn()`` and stored at once."""
+        ``fn()`` and stored at once. In a ``--jobs`` worker (``claim`` set) a key another
+        worker claimed first is left to it: None is returned."""
         if key in self.store:
             self.skipped += 1
             return self.store.get(key)
+        if self.claim is not None and not self.claim(key):
+            self.deferred += 1
+            return None
         value = fn()
         self.store.put(key, value)
         self.ran += 1
@@ -195,6 +203,9 @@ class Study:
     questions: ClassVar[tuple[str, ...]] = ()
     profiles: ClassVar[dict[str, Profile]] = {}
     default_seeds: ClassVar[int] = 3
+    # True when records are independent runs that --jobs may compute in parallel processes
+    # (not timings, which parallel work would disturb; measure() must not use once()'s value)
+    parallel: ClassVar[bool] = False
 
     def setup(self, ctx: Context) -> str:
         """The report's setup paragraph (models, data, steps, machine)."""
@@ -242,27 +253,49 @@ class Study:
         out_dir: str | Path = ".",
         progress: Progress | None = None,
         device: str = "cpu",
+        jobs: int = 1,
     ) -> dict[str, Any]:
         """Measure (skipping what ``out_dir/results.json`` already holds), then write
         ``results.json``, the figures and ``report.md``; returns results.json's content.
-        ``device``: see :meth:`settings_for`; CUDA must be visible to torch."""
+        ``device``: see :meth:`settings_for`; CUDA must be visible to torch. ``jobs`` > 1:
+        the records are computed by that many worker processes first (:mod:`tfam.studies.jobs`;
+        only for studies with ``parallel`` set)."""
+        from tfam.studies.jobs import JOBS_DIR, merge_worker_records, run_workers
+
         settings = self.settings_for(profile, device)
         n = self.default_seeds if seeds is None else seeds
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"--seeds {seeds!r} is invalid: expected an int >= 1")
+        self.check_jobs(jobs)
         require_device(device)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         store = ResultStore(out / RESULTS, self.name, profile, settings)
-        ctx = Context(profile, settings, list(range(n)), out, store, progress or Progress(),
-                      device=device)  # fmt: skip
+        progress = progress or Progress()
         start = time.perf_counter()
+        merge_worker_records(out, store)  # what an interrupted --jobs run finished
+        if jobs > 1:
+            run_workers(self, profile, n, out, device, jobs, store, progress)
+        ctx = Context(profile, settings, list(range(n)), out, store, progress, device=device)
         self.measure(ctx)
         sections, conclusions = self.report(ctx)
         seconds = time.perf_counter() - start
         store.save(seeds=ctx.seeds, conclusions=conclusions, seconds=round(seconds, 1))
         atomic_write_bytes(out / REPORT, self.render(ctx, sections, conclusions).encode())
+        shutil.rmtree(out / JOBS_DIR, ignore_errors=True)  # merged: the workers' files are done
         return store.data
+
+    def check_jobs(self, jobs: int) -> None:
+        """Raise ValueError in one line for a ``--jobs`` this study cannot take."""
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise ValueError(f"--jobs {jobs!r} is invalid: expected an int >= 1")
+        if jobs > 1 and not self.parallel:
+            ok = ", ".join(n for n, c in sorted(STUDIES.items()) if c.parallel)
+            raise ValueError(
+                f"--jobs {jobs} is invalid for study {self.name!r}: its records are timings "
+                f"or depend on each other, so it runs one record at a time (--jobs 1); "
+                f"studies that take --jobs: {ok}"
+            )
 
     def render(self, ctx: Context, sections: list[Section], conclusions: list[str]) -> str:
         """report.md: the claim, the setup, the sections, the conclusions."""

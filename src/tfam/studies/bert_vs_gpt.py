@@ -231,6 +231,7 @@ def pretrain(kind: str, s: dict[str, Any], seed: int) -> dict[str, Any]:
 @register_study
 class BertVsGptStudy(Study):
     name = "bert-vs-gpt"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "BERT against GPT: masked-LM and causal-LM pre-training on the same corpus"
     claim = (
         "004_* question 4 asks how BERT and GPT differ: BERT pre-trains with masked-LM and reads "

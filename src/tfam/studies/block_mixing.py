@@ -302,6 +302,7 @@ def translator_run(s: dict[str, Any], seed: int, kind: str) -> dict[str, Any]:
 @register_study
 class BlockMixingStudy(Study):
     name = "block-mixing"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "Encoder and decoder blocks mixed up: what breaks and how it shows"
     claim = (
         "004_* question 9 asks what happens when encoder and decoder blocks are mixed up: a GPT "

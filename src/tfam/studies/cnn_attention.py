@@ -116,6 +116,7 @@ def _pct(f: float) -> str:
 @register_study
 class AttentionVsCNNStudy(Study):
     name = "attention-vs-cnn"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "ViT vs a CNN as the training set shrinks; local attention as a convolution"
     claim = (
         "001_* says a CNN is self-attention restricted to a receptive field, and that with "

@@ -92,6 +92,7 @@ def majority_scores(data: PosData) -> dict[str, float]:
 @register_study
 class FCVsAttentionStudy(Study):
     name = "fc-vs-attention"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "A fully connected tagger, a windowed one, and self-attention on POS tagging"
     claim = (
         "001_* says a fully connected network tags each word alone, so the two 'saw's of "

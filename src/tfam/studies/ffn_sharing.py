@@ -86,6 +86,7 @@ def next_char_accuracy(model: torch.nn.Module, ids: torch.Tensor, length: int) -
 @register_study
 class FFNSharingStudy(Study):
     name = "ffn-sharing"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "Feed-forward sharing: across positions, not across blocks (unless ALBERT)"
     claim = (
         "003_* says the feed-forward weights in every encoder block are shared: they are the "

@@ -120,6 +120,7 @@ def _mean_baseline(data: tuple[Any, ...]) -> dict[str, float]:
 @register_study
 class GraphEdgesStudy(Study):
     name = "graph-edges"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "Graphs: attention along the edges, or over every node"
     claim = (
         "001_* says that on a graph each node is a vector and the edges serve the attention "

@@ -29,6 +29,7 @@ TASKS = {
 @register_study
 class HeadsStudy(Study):
     name = "heads"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "How many heads: 1 to 16 at the same width, on translation and speech"
     claim = (
         "001_* says multi-head self-attention, several heads each looking for its own kind of "

@@ -113,6 +113,7 @@ def padding_effect(model: torch.nn.Module, sentences: list, extra: int) -> dict[
 @register_study
 class LNvsBNStudy(Study):
     name = "ln-vs-bn"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "LayerNorm vs BatchNorm (and RMSNorm, no norm): batch size, batch-1 inference, padding"
     claim = (
         "000_* asks why the Transformer uses LayerNorm and not BatchNorm: LayerNorm normalises "

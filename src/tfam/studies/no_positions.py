@@ -56,6 +56,7 @@ def permutation_gap(position: str, length: int = 12, seed: int = 0) -> dict[str,
 @register_study
 class NoPositionsStudy(Study):
     name = "no-positions"
+    parallel = True  # independent training runs: tfam study --jobs N
     title = "Without positions: the encoder is permutation-equivariant, and scores fall"
     claim = (
         "001_* says self-attention alone has no notion of order (without positions it is "
