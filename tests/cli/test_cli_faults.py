@@ -86,6 +86,12 @@ def test_pad_larger_than_the_image_is_refused(tmp_path: Path, cli, one_line) -> 
     code, _, err = cli([*DIGITS, "--pad", "4", "--max-steps", "1", "--out", tmp_path / "ok", *TINY,
                         "--threads", "1"])  # fmt: skip
     assert code == 0, err
+    # Pixel sequences (iGPT) take the same option and the same limit.
+    pixels = ["train", "igpt", "--data", "digits-pixels", "--quiet", *TINY, "--threads", "1"]
+    code, _, err = cli([*pixels, "--pad", "5", "--out", tmp_path / "p"])
+    assert code == 2 and "--pad 5 is invalid for 8x8 images" in one_line(err)
+    code, _, err = cli([*pixels, "--pad", "1", "--max-steps", "1", "--out", tmp_path / "p1"])
+    assert code == 0, err
 
 
 def test_min_lr_above_lr_is_refused_not_lowered(tmp_path: Path, cli, one_line) -> None:

@@ -90,3 +90,53 @@ def test_fashion_mnist_pixels_are_14x14_with_16_levels() -> None:
     data = load_pixels("fashion-mnist", "test")
     assert data.ids.shape == (10000, 197) and data.image_shape == (1, 14, 14)
     assert int(data.ids[:, 1:].max()) <= 15 and data.start_token_id == 16
+
+
+def test_pixel_augmentation_moves_ids_and_pads_with_black() -> None:
+    from tfam.data.vision.augment import BatchAugment
+
+    data = load_pixels("digits", "fit")
+    ids = data.ids[:16]
+    g = torch.Generator().manual_seed(0)
+    moved = data.augment_ids(ids, BatchAugment(padding=1), g)
+    assert moved.shape == ids.shape and moved.dtype == ids.dtype
+    assert bool((moved[:, 0] == data.start_token_id).all())  # the start token stays
+    assert data.black_id == 0 and int(moved[:, 1:].max()) < data.palette.size
+    # Each row is its image shifted by (dy, dx) in -1..1, black where the shift uncovered.
+    grid, out = ids[:, 1:].view(-1, 8, 8), moved[:, 1:].view(-1, 8, 8)
+    shifted = 0
+    for a, b in zip(grid, out, strict=True):
+        padded = torch.nn.functional.pad(a, (1, 1, 1, 1), value=data.black_id)
+        hits = [(dy, dx) for dy in range(3) for dx in range(3)
+                if torch.equal(padded[dy : dy + 8, dx : dx + 8], b)]  # fmt: skip
+        assert hits, "every row is a crop of its padded image"
+        shifted += (1, 1) not in hits
+    assert shifted > 8  # most of the 16 moved (a crop at the centre keeps one in nine)
+    # A horizontal flip mirrors each row of pixels; no augmentation asked: the same ids.
+    flipped = data.augment_ids(ids, BatchAugment(flip=True), torch.Generator().manual_seed(1))
+    for a, b in zip(grid, flipped[:, 1:].view(-1, 8, 8), strict=True):
+        assert torch.equal(a, b) or torch.equal(a.flip(1), b)
+    assert torch.equal(data.augment_ids(ids, BatchAugment(), g), ids)
+    with pytest.raises(ValueError, match=r"expected \(B, 65\)"):
+        data.augment_ids(ids[:, :10], BatchAugment(padding=1), g)
+
+
+def test_causal_lm_augments_pixel_sequences_whole() -> None:
+    from tfam.data.vision.augment import BatchAugment
+    from tfam.training.tasks import task_for
+
+    data = load_pixels("digits", "fit")
+    task = task_for("causal-lm", data)
+    batch = task.collate([data[i] for i in range(8)])
+    out = task.augment(batch, BatchAugment(padding=2), torch.Generator().manual_seed(0), data)
+    assert out["input_ids"].shape == batch["input_ids"].shape
+    assert torch.equal(out["input_ids"][:, 1:], out["labels"][:, :-1])  # still shifted by one
+    assert not torch.equal(out["labels"], batch["labels"])
+    assert task.augment(batch, None, torch.Generator(), data) is batch
+    cls = task_for("sequence-classification", data)
+    cb = cls.collate([data[i] for i in range(8)])
+    co = cls.augment(cb, BatchAugment(padding=2), torch.Generator().manual_seed(0), data)
+    same = data.augment_ids(cb["input_ids"], BatchAugment(padding=2),
+                            torch.Generator().manual_seed(0))  # fmt: skip
+    assert torch.equal(co["input_ids"], same)
+    assert torch.equal(co["labels"], cb["labels"])

@@ -152,7 +152,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PX",
         default=None,
         help="random crop after padding by PX pixels per side, at most half the image side; "
-        "0 = no crop",
+        "0 = no crop (pixel sequences, iGPT: the same on the palette ids, padding with black)",
     )
     a.add_argument(
         "--flip",
@@ -608,11 +608,13 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
     is an error rather than silently ignored."""
     import tfam.data
 
-    if not _has_images(entry):
+    pixels = getattr(entry.info, "image_shape", None)  # pixel sequences (iGPT): (C, H, W)
+    if not _has_images(entry) and pixels is None:
         given = [opt for opt, key in (("--pad", "pad"), ("--flip", "flip")) if settings[key]]
         if given:
             raise ValueError(
-                f"{given[0]} is invalid for --data {entry.name}: augmentation is for image data"
+                f"{given[0]} is invalid for --data {entry.name}: augmentation is for image data "
+                "(images or pixel sequences)"
             )
         return None
     if settings["no_augment"]:
@@ -620,10 +622,11 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
     try:
         # Looked up on the module at call time (tests spy on it).
         augment = tfam.data.default_augment(entry, padding=settings["pad"], flip=settings["flip"])
-        augment.check_image_size(entry.info.image_size)
+        augment.check_image_size(entry.info.image_size if pixels is None else tuple(pixels[1:]))
     except ValueError as err:
         raise option_error(err, {"padding": "--pad", "flip": "--flip"}) from None
-    return augment
+    # Pixel sequences move their ids (PixelDataset.augment_ids); none asked for: no work.
+    return None if pixels is not None and augment.is_identity else augment
 
 
 def _tokenizer_bytes(tokenizer: Any) -> bytes:

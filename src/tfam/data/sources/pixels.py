@@ -116,6 +116,27 @@ class PixelDataset(torch.utils.data.Dataset):
         """The items at ``indices`` (the tasks collate them)."""
         return [(self.ids[i], int(self.labels[i])) for i in indices.tolist()]
 
+    @property
+    def black_id(self) -> int:
+        """The palette id of a black pixel (what augmentation pads with)."""
+        c = self.image_shape[0]
+        return int(self.palette.encode(torch.zeros(1, c, 1, 1))[0, 0])
+
+    def augment_ids(self, ids: Tensor, augment: Any, generator: torch.Generator) -> Tensor:
+        """Training augmentation on the id grid: ids (B, 1 + H*W) -> the same with each image's
+        pixels moved by ``augment`` (a :class:`~tfam.data.vision.augment.BatchAugment`: pad
+        with black's id and crop at a random offset, flips), the start token kept. One id per
+        pixel, so a colour palette's ids move as whole pixels."""
+        _, h, w = self.image_shape
+        if ids.ndim != 2 or ids.shape[1] != 1 + h * w:
+            raise ValueError(
+                f"ids has shape {tuple(ids.shape)}; expected (B, {1 + h * w}) = [start] + "
+                f"{h}x{w} pixel ids"
+            )
+        grid = ids[:, 1:].reshape(-1, 1, h, w).to(torch.float32)  # ids < 2**24: exact
+        moved = augment(grid, generator, fill=float(self.black_id))
+        return torch.cat([ids[:, :1], moved.round().to(ids.dtype).flatten(1)], dim=1)
+
     def run_files(self) -> dict[str, dict[str, Any]]:
         """The JSON files a run trained on this data keeps beside its model: palette.json
         (the palette, the image shape (C, H, W), the start token and the dataset)."""

@@ -327,3 +327,22 @@ class TokenTask(CrossEntropyTask):
     def logits(self, model: nn.Module, batch: Batch) -> Tensor:
         """The model's float32 logits for the batch."""
         return model(batch["input_ids"], attention_mask=batch.get("attention_mask")).float()
+
+    def augment(
+        self, batch: Batch, fn: Augment | None, generator: torch.Generator, dataset: Any
+    ) -> Batch:
+        """A dataset that moves its own ids (``dataset.augment_ids(ids, fn, generator)``: pixel
+        sequences under pad-crop and flips) gets the batch's whole sequences, which are split
+        back into the batch; other data: ``fn(batch, generator)``."""
+        own = getattr(dataset, "augment_ids", None)
+        if fn is None or own is None:
+            return super().augment(batch, fn, generator, dataset)
+        return self.with_sequences(batch, own(self.sequences(batch), fn, generator))
+
+    def sequences(self, batch: Batch) -> Tensor:
+        """The batch's whole id sequences (B, L) (what a dataset's items hold)."""
+        return batch["input_ids"]
+
+    def with_sequences(self, batch: Batch, ids: Tensor) -> Batch:
+        """The batch with its sequences replaced by ``ids`` (the inverse of :meth:`sequences`)."""
+        return {**batch, "input_ids": ids}

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from tfam.config import POSITION_SCHEMES
@@ -77,6 +78,18 @@ class CausalLM(TokenTask):
 
     def training_batch(self, model: nn.Module, batch: Batch) -> Batch:
         return self._without_start_targets(model, batch)
+
+    def sequences(self, batch: Batch) -> Tensor:
+        """ids (B, L + 1) = input_ids + the last label; rows must be unpadded."""
+        labels = batch["labels"]
+        if bool((labels == IGNORE_INDEX).any()):
+            raise ValueError(
+                "a causal-lm batch with padded rows cannot be augmented as whole sequences"
+            )
+        return torch.cat([batch["input_ids"], labels[:, -1:]], dim=1)
+
+    def with_sequences(self, batch: Batch, ids: Tensor) -> Batch:
+        return {**batch, "input_ids": ids[:, :-1], "labels": ids[:, 1:]}
 
     def evaluation_batch(self, model: nn.Module, batch: Batch) -> Batch:
         return self._without_start_targets(model, batch)
