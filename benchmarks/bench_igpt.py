@@ -3,6 +3,7 @@ complete held-out images from their top half, and probe the features linearly.
 
     # digits: pre-train (the catalog recipe), completions judged by a digits classifier, probe
     python benchmarks/bench_igpt.py --classifier runs/digits
+    python benchmarks/bench_igpt.py --classifier runs/digits --pad 1 --epochs 40   # shifted copies
     python benchmarks/bench_igpt.py --run runs/digits-pixels --classifier runs/digits   # reuse
     # Fashion-MNIST 14x14, 16 grey levels: completion grid and probe vs raw pixels
     python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30
@@ -53,6 +54,8 @@ def pretrain(args: argparse.Namespace) -> Path:
         ("--epochs", args.epochs),
         ("--max-steps", args.max_steps),
         ("--max-minutes", args.max_minutes),
+        ("--pad", args.pad),
+        ("--threads", args.threads),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -185,6 +188,12 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--max-minutes", type=float, default=None)
     p.add_argument("--set", action="append", help="model config overrides, as tfam train --set")
+    p.add_argument(
+        "--pad", type=int, default=None, help="pre-training pad-crop in pixels (tfam train --pad)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="pre-training threads (default: the recipe's)"
+    )
     p.add_argument("--classifier", default=None, help="an image classifier run of the same images")
     p.add_argument("--images", type=int, default=360, help="test images to complete (default 360)")
     p.add_argument("--samples", type=int, default=4, help="completions per image (default 4)")
