@@ -98,12 +98,12 @@ class HeadsStudy(Study):
                 speech_steps=250,
                 speech_batch=32,
             ),  # fmt: skip
-            # Sized to fit 3 hours from the CPU seconds a step measured on one thread (on
-            # docs/studies/heads.md); the quick profile's width, where 120 steps learn nothing.
-            expected="~2.6 h of one thread's CPU time (sized from measured step times); ~4 h of "
-            "wall time beside another single-thread job",
-            measured="22,155 s of training (the records' sum; each on one thread beside 2-3 "
-            "other single-thread jobs, some in helper processes), not timed alone",
+            # Sized from the CPU seconds a step measured on one thread (docs/studies/heads.md);
+            # the quick profile's width, where 120 steps learn nothing.
+            expected="~1.3 h with --jobs 2 on a quiet 2-core CPU (~2.5 h of one thread's "
+            "training)",
+            measured="4,563 s (1 h 16 min) of wall time with --jobs 2 on the 2-core CPU, little "
+            "else running (the records' training 8,837 s, one thread each)",
         ),
     }
 
