@@ -100,8 +100,7 @@ class HeadsStudy(Study):
             ),  # fmt: skip
             # Sized from the CPU seconds a step measured on one thread (docs/studies/heads.md);
             # the quick profile's width, where 120 steps learn nothing.
-            expected="~1.3 h with --jobs 2 on a quiet 2-core CPU (~2.5 h of one thread's "
-            "training)",
+            expected="~1.3 h with --jobs 2 on a quiet 2-core CPU (~2.5 h of one thread's training)",
             measured="4,563 s (1 h 16 min) of wall time with --jobs 2 on the 2-core CPU, little "
             "else running (the records' training 8,837 s, one thread each)",
         ),
