@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
 from tfam.fileio import atomic_write_bytes
+from tfam.studies.jobs import JOBS_DIR, merge_worker_records, run_workers, try_claim
 
 __all__ = [
     "PROFILES",
@@ -260,7 +261,6 @@ class Study:
         ``device``: see :meth:`settings_for`; CUDA must be visible to torch. ``jobs`` > 1:
         the records are computed by that many worker processes first (:mod:`tfam.studies.jobs`;
         only for studies with ``parallel`` set)."""
-        from tfam.studies.jobs import JOBS_DIR, merge_worker_records, run_workers
 
         settings = self.settings_for(profile, device)
         n = self.default_seeds if seeds is None else seeds
@@ -275,7 +275,8 @@ class Study:
         start = time.perf_counter()
         merge_worker_records(out, store)  # what an interrupted --jobs run finished
         if jobs > 1:
-            run_workers(self, profile, n, out, device, jobs, store, progress)
+            args = (type(self), profile, n, str(out), device)
+            run_workers(self.name, run_worker, args, out, jobs, store, progress)
         ctx = Context(profile, settings, list(range(n)), out, store, progress, device=device)
         self.measure(ctx)
         sections, conclusions = self.report(ctx)
@@ -331,6 +332,29 @@ class Study:
 
 
 STUDIES: dict[str, type[Study]] = {}
+
+
+def run_worker(cls: type[Study], profile: str, seeds: int, out: str, device: str, index: int,
+               threads: int) -> None:  # fmt: skip
+    """One ``--jobs`` worker process (:mod:`tfam.studies.jobs`): the study's ``measure`` over
+    the shared claims with ``threads`` torch threads, its records to
+    ``DIR/.jobs/records-INDEX.json``, its output to ``DIR/.jobs/worker-INDEX.log``."""
+    import torch
+
+    torch.set_num_threads(threads)
+    base = Path(out)
+    study = cls()
+    settings = study.settings_for(profile, device)
+    main = ResultStore(base / RESULTS, study.name, profile, settings)
+    mine = ResultStore(base / JOBS_DIR / f"records-{index}.json", study.name, profile, settings)
+    for key, value in main.records.items():
+        mine.records.setdefault(key, value)
+    log = open(base / JOBS_DIR / f"worker-{index}.log", "a", buffering=1)  # noqa: SIM115
+    sys.stdout = sys.stderr = log
+    ctx = Context(profile, settings, list(range(seeds)), base, mine, Progress(enabled=False),
+                  device=device, claim=lambda key: try_claim(base, key))  # fmt: skip
+    study.measure(ctx)
+    print(f"worker {index}: {ctx.ran} records computed, {ctx.deferred} left to other workers")
 
 
 def require_device(device: str) -> None:

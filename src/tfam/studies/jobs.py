@@ -1,6 +1,6 @@
 """``tfam study NAME --jobs N``: a study's records computed by N worker processes.
 
-Each worker runs the study's own :meth:`~tfam.studies.base.Study.measure` with the same
+Each worker (:func:`tfam.studies.base.run_worker`) runs the study's own :meth:`~tfam.studies.base.Study.measure` with the same
 settings, so it walks the same keys in the same order; ``ctx.once`` computes a key only when the
 worker wins its claim (a file created with ``O_EXCL`` under ``DIR/.jobs/claims``), so the N
 workers share the keys dynamically, the next free one to whoever is free. A worker writes its
@@ -21,8 +21,8 @@ import json
 import multiprocessing
 import os
 import shutil
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,36 +80,12 @@ def merge_worker_records(out: Path, store: Any) -> int:
     return added
 
 
-def _worker(name: str, profile: str, seeds: int, out: str, device: str, index: int,
-            threads: int) -> None:  # fmt: skip
-    """One worker process: the study's measure() over the shared claims, records to its own
-    file, output to ``DIR/.jobs/worker-I.log``."""
-    import torch
-
-    from tfam.studies import get_study
-    from tfam.studies.base import RESULTS, Context, Progress, ResultStore
-
-    torch.set_num_threads(threads)
-    base = Path(out)
-    study = get_study(name)
-    settings = study.settings_for(profile, device)
-    main = ResultStore(base / RESULTS, name, profile, settings)
-    mine = ResultStore(base / JOBS_DIR / f"records-{index}.json", name, profile, settings)
-    for key, value in main.records.items():
-        mine.records.setdefault(key, value)
-    log = open(base / JOBS_DIR / f"worker-{index}.log", "a", buffering=1)  # noqa: SIM115
-    sys.stdout = sys.stderr = log
-    ctx = Context(profile, settings, list(range(seeds)), base, mine, Progress(enabled=False),
-                  device=device, claim=lambda key: try_claim(base, key))  # fmt: skip
-    study.measure(ctx)
-    print(f"worker {index}: {ctx.ran} records computed, {ctx.deferred} left to other workers")
-
-
-def run_workers(study: Any, profile: str, seeds: int, out: Path, device: str, jobs: int,
-                store: Any, progress: Any) -> None:  # fmt: skip
-    """Run ``jobs`` worker processes over ``study``'s records, show their progress, and merge
-    their records into ``store``. A worker that fails is reported in one line naming its log
-    (after its finished records are merged, so a rerun resumes)."""
+def run_workers(name: str, worker: Callable[..., None], args: tuple[Any, ...], out: Path,
+                jobs: int, store: Any, progress: Any) -> None:  # fmt: skip
+    """Run ``jobs`` processes of ``worker(*args, index, threads)`` (a module-level function,
+    spawned) over study ``name``'s records in ``out``, show their progress, and merge their
+    records into ``store``. A worker that fails is reported in one line naming its log (after
+    its finished records are merged, so a rerun resumes)."""
     work = out / JOBS_DIR
     shutil.rmtree(work / "claims", ignore_errors=True)  # claims live for one run only
     (work / "claims").mkdir(parents=True)
@@ -117,14 +93,12 @@ def run_workers(study: Any, profile: str, seeds: int, out: Path, device: str, jo
         claim_path(out, key).touch()
     threads = worker_threads(jobs)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(study.name, profile, seeds, str(out), device, i,
-                                               threads), daemon=False)
-             for i in range(jobs)]  # fmt: skip
+    procs = [ctx.Process(target=worker, args=(*args, i, threads)) for i in range(jobs)]
     for p in procs:
         p.start()
     done_before = len(store.records)
     try:
-        with progress.bar(None, f"{study.name}: {jobs} jobs x {threads} thread(s)") as step:
+        with progress.bar(None, f"{name}: {jobs} jobs x {threads} thread(s)") as step:
             seen = done_before
             while any(p.is_alive() for p in procs):
                 time.sleep(1.0)
@@ -144,7 +118,7 @@ def run_workers(study: Any, profile: str, seeds: int, out: Path, device: str, jo
     if failed:
         logs = ", ".join(str(work / f"worker-{i}.log") for i in failed)
         raise RuntimeError(
-            f"study {study.name}: worker(s) {failed} failed (see {logs}); the records they "
+            f"study {name}: worker(s) {failed} failed (see {logs}); the records they "
             "finished are in results.json, so the same command resumes"
         )
 
