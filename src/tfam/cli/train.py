@@ -625,8 +625,7 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
         augment.check_image_size(entry.info.image_size if pixels is None else tuple(pixels[1:]))
     except ValueError as err:
         raise option_error(err, {"padding": "--pad", "flip": "--flip"}) from None
-    # Pixel sequences move their ids (PixelDataset.augment_ids); none asked for: no work.
-    return None if pixels is not None and augment.is_identity else augment
+    return augment  # pixel sequences move their ids (PixelDataset.augment_ids)
 
 
 def _tokenizer_bytes(tokenizer: Any) -> bytes:

@@ -88,9 +88,7 @@ def run_workers(name: str, worker: Callable[..., None], args: tuple[Any, ...], o
     its finished records are merged, so a rerun resumes)."""
     work = out / JOBS_DIR
     shutil.rmtree(work / "claims", ignore_errors=True)  # claims live for one run only
-    (work / "claims").mkdir(parents=True)
-    for key in store.records:  # what is done needs no claim
-        claim_path(out, key).touch()
+    (work / "claims").mkdir(parents=True)  # done records need none: workers read them first
     threads = worker_threads(jobs)
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=worker, args=(*args, i, threads)) for i in range(jobs)]

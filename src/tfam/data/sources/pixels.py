@@ -128,6 +128,8 @@ class PixelDataset(torch.utils.data.Dataset):
         with black's id and crop at a random offset, flips), the start token kept. One id per
         pixel, so a colour palette's ids move as whole pixels."""
         _, h, w = self.image_shape
+        if getattr(augment, "is_identity", False):
+            return ids
         if ids.ndim != 2 or ids.shape[1] != 1 + h * w:
             raise ValueError(
                 f"ids has shape {tuple(ids.shape)}; expected (B, {1 + h * w}) = [start] + "
