@@ -59,6 +59,8 @@ __all__ = [
     "run_classes",
     "run_is_seq2seq",
     "run_task",
+    "save_tokenizer",
+    "tokenizer_bytes",
     "train_args",
     "write_labels",
 ]
@@ -355,6 +357,38 @@ def load_tokenizer(run_dir: Path) -> Any:
         return load(run_dir)
     except (KeyError, TypeError) as err:  # readable JSON of the wrong shape
         raise ValueError(f"{path} is not a valid tokenizer file: {err!r}") from None
+
+
+def tokenizer_bytes(tokenizer: Any) -> bytes:
+    """The tokenizer file as its own ``save`` writes it."""
+    import tempfile
+
+    if callable(getattr(tokenizer, "to_json", None)):
+        return tokenizer.to_json().encode("utf-8")
+    with tempfile.TemporaryDirectory(prefix="tfam-tokenizer-") as tmp:
+        tokenizer.save(tmp)
+        return (Path(tmp) / TOKENIZER_FILE).read_bytes()
+
+
+def save_tokenizer(out: Path, tokenizer: Any) -> Path:
+    """Write the dataset's tokenizer to OUT/tokenizer.json before training starts, atomically,
+    so translate, eval and viz find it beside every checkpoint and the final model.
+
+    A run directory that already holds another tokenizer together with a checkpoint or a model
+    keeps it: that run's ids mean that tokenizer's pieces, so this is an error."""
+    from tfam.fileio import atomic_write_bytes
+
+    path = out / TOKENIZER_FILE
+    data = tokenizer_bytes(tokenizer)
+    if path.is_file():
+        if path.read_bytes() == data:
+            return path
+        if (out / "checkpoints").is_dir() or (out / "model.safetensors").exists():
+            raise ValueError(
+                f"{path} holds another tokenizer than this dataset's, and {out} holds a trained "
+                "run whose ids follow it; choose another --out"
+            )
+    return atomic_write_bytes(path, data)
 
 
 def load_run_tokenizer(run_dir: Path, needed_for: str) -> Any:

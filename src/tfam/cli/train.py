@@ -33,7 +33,14 @@ from tfam.cli.train_help import (  # noqa: F401  (DATASET_DEFAULTS: re-exported)
     objective,
     recipes_text,
 )
-from tfam.runs import TOKENIZER_FILE
+from tfam.cli.train_options import (
+    DISTILL_OPTIONS,
+    add_distillation_options,
+    add_file_options,
+    distillation,
+    load_teacher,
+)
+from tfam.runs import TOKENIZER_FILE, save_tokenizer, tokenizer_bytes
 
 # TrainConfig fields a resumed run does not take from the saved run: they say how this
 # invocation stops, talks or where it computes, not what it computes.
@@ -52,13 +59,6 @@ _RUN_SETTINGS = (
     "labels",
     *("teacher", "distillation", "distill_alpha", "distill_tau", "teacher_cache"),
 )
-# The distillation options, as the command line spells them.
-_DISTILL_OPTIONS = {
-    "distillation": "--distillation",
-    "distill_alpha": "--distill-alpha",
-    "distill_tau": "--distill-tau",
-    "teacher_cache": "--teacher-cache",
-}
 
 
 def _train_config_class() -> type:
@@ -160,8 +160,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="random horizontal flips",
     )
-    _add_file_options(p)
-    _add_distillation_options(p)
+    add_file_options(p)
+    add_distillation_options(p)
     r = p.add_argument_group("run")
     r.add_argument(
         "--out", metavar="DIR", default=None, help="run directory (default: runs/<dataset>)"
@@ -183,161 +183,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-m tfam train ...)",
     )
     p.set_defaults(func=run)
-
-
-def _add_distillation_options(p: argparse.ArgumentParser) -> None:
-    """--teacher and the distillation loss (a distilled DeiT learns from the teacher through
-    its distillation token: tfam.training.tasks.distillation); saved with the run."""
-    d = p.add_argument_group(
-        "distillation (DeiT: the distillation head learns from a teacher, Touvron et al. 2021)"
-    )
-    d.add_argument(
-        "--teacher",
-        metavar="RUN_DIR",
-        default=None,
-        help="a trained image model (a run or model directory, or a preset) with the data's "
-        "classes and image shape; MODEL must have a distillation token (tfam train deit)",
-    )
-    d.add_argument(
-        "--distillation",
-        choices=("hard", "soft"),
-        default=None,
-        help="hard: CE of the distillation head against the teacher's argmax (default); soft: "
-        "tau^2 KL to the teacher's softmax at temperature tau",
-    )
-    d.add_argument(
-        "--distill-alpha",
-        type=float,
-        metavar="A",
-        default=None,
-        help="weight of the teacher's term; the labels' term gets 1 - A (default 0.5)",
-    )
-    d.add_argument(
-        "--distill-tau",
-        type=float,
-        metavar="T",
-        default=None,
-        help="soft distillation's temperature (default 1.0)",
-    )
-    d.add_argument(
-        "--teacher-cache",
-        action="store_const",
-        const=True,
-        default=None,
-        help="run the teacher once per training image (as stored, before the first step) and "
-        "reuse its logits in every epoch, instead of on every augmented view: the teacher's "
-        "cost becomes one pass over the data (a resumed run recomputes the cache)",
-    )
-
-
-def _distillation(
-    settings: dict[str, Any], task_name: str, entry: Any
-) -> tuple[str, dict[str, Any] | None]:
-    """The run's task and the distillation options (None without --teacher): --teacher turns
-    image classification into image-distillation; the loss options need --teacher."""
-    given = [_DISTILL_OPTIONS[k] for k in _DISTILL_OPTIONS if settings[k] is not None]
-    if settings["teacher"] is None:
-        if given or task_name == "image-distillation":
-            what = given[0] if given else "--task distill"
-            raise ValueError(f"{what} needs --teacher RUN_DIR: the model to distil from")
-        return task_name, None
-    if task_name not in ("image-classification", "image-distillation"):
-        raise ValueError(
-            f"--teacher {settings['teacher']!r} is invalid for --task {objective(task_name)}: "
-            "distillation is for image classification"
-        )
-    kind = settings["distillation"] or "hard"
-    alpha = 0.5 if settings["distill_alpha"] is None else settings["distill_alpha"]
-    tau = 1.0 if settings["distill_tau"] is None else settings["distill_tau"]
-    cache = bool(settings["teacher_cache"])
-    return "image-distillation", {"kind": kind, "alpha": alpha, "tau": tau, "cache": cache}
-
-
-def _load_teacher(spec: str, entry: Any) -> Any:
-    """The teacher of --teacher SPEC (a run or model directory, or a preset) on the CPU, after
-    checking that it reads this data's images and predicts its classes (one line otherwise)."""
-    import torch
-
-    from tfam.data import task_facts
-    from tfam.runs import resolve_model
-
-    source = resolve_model(spec, what="--teacher", kinds=("preset", "dir"))
-    cls = source.model_class
-    shown = entry.name if not entry.is_folder else entry.info.name
-    if cls is None or getattr(cls, "inputs", "") != "image":
-        kind = f"a {source.family!r} model" if source.family else "not a tfam model"
-        raise ValueError(
-            f"--teacher {spec!r} is invalid: it is {kind}; a teacher is an image model (a run "
-            f"or model directory of an image family, or a preset) for --data {shown}"
-        )
-    teacher = source.load("cpu")
-    facts = task_facts(entry, "image-classification")
-    for key, fact in facts.items():
-        theirs = getattr(teacher.config, key, None)
-        pair = tuple(fact) if isinstance(fact, (list, tuple)) else (fact, fact)
-        if theirs is not None and theirs not in (fact, pair, list(pair)):
-            raise ValueError(
-                f"--teacher {spec!r} is invalid for --data {shown}: it has {key}={theirs!r}, "
-                f"the data needs {key}={fact!r}"
-            )
-    height, width = facts["image_size"] if isinstance(facts["image_size"], (list, tuple)) else (
-        facts["image_size"], facts["image_size"])  # fmt: skip
-    with torch.no_grad():
-        out = teacher.eval()(torch.zeros(1, facts["in_channels"], height, width))
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, facts["num_classes"]):
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(
-            f"--teacher {spec!r} is invalid for --data {shown}: it gives {got} for one image, "
-            f"the data needs logits of its {facts['num_classes']} classes"
-        )
-    return teacher
-
-
-def _add_file_options(p: argparse.ArgumentParser) -> None:
-    """Options that read your own text files (docs/data.md); saved with the run."""
-    f = p.add_argument_group(
-        "your own text files (--data FILE: CSV, TSV, JSON Lines, CoNLL-U, .txt or a folder "
-        "of them; see docs/data.md)"
-    )
-    f.add_argument(
-        "--text-column",
-        metavar="NAME[,NAME2]",
-        default=None,
-        help="the text column (two, comma-separated, for sentence pairs; for JSON "
-        "Lines of token lists, the tokens); default: text, sentence, ... when present",
-    )
-    f.add_argument(
-        "--label-column",
-        metavar="NAME",
-        default=None,
-        help="the label column (default: label, class, ... when present); for "
-        "CoNLL-U the tag column: upos (default), xpos, deprel, ...",
-    )
-    f.add_argument(
-        "--val",
-        metavar="FILE",
-        default=None,
-        help="validation file (default: 10%% of --data held out with a fixed seed)",
-    )
-    f.add_argument(
-        "--test",
-        metavar="FILE",
-        default=None,
-        help="test file, reported at the end (default: none)",
-    )
-    f.add_argument(
-        "--source-lang",
-        metavar="KEY",
-        default=None,
-        help="translation: the source column, or language key of "
-        '{"translation": {...}} lines (default: the first of two)',
-    )
-    f.add_argument(
-        "--target-lang",
-        metavar="KEY",
-        default=None,
-        help="translation: the target column or language key (with --source-lang)",
-    )
 
 
 def _file_options(args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -628,38 +473,6 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
     return augment  # pixel sequences move their ids (PixelDataset.augment_ids)
 
 
-def _tokenizer_bytes(tokenizer: Any) -> bytes:
-    """The tokenizer file as its own ``save`` writes it."""
-    import tempfile
-
-    if callable(getattr(tokenizer, "to_json", None)):
-        return tokenizer.to_json().encode("utf-8")
-    with tempfile.TemporaryDirectory(prefix="tfam-tokenizer-") as tmp:
-        tokenizer.save(tmp)
-        return (Path(tmp) / TOKENIZER_FILE).read_bytes()
-
-
-def save_tokenizer(out: Path, tokenizer: Any) -> Path:
-    """Write the dataset's tokenizer to OUT/tokenizer.json before training starts, atomically,
-    so translate, eval and viz find it beside every checkpoint and the final model.
-
-    A run directory that already holds another tokenizer together with a checkpoint or a model
-    keeps it: that run's ids mean that tokenizer's pieces, so this is an error."""
-    from tfam.fileio import atomic_write_bytes
-
-    path = out / TOKENIZER_FILE
-    data = _tokenizer_bytes(tokenizer)
-    if path.is_file():
-        if path.read_bytes() == data:
-            return path
-        if (out / "checkpoints").is_dir() or (out / "model.safetensors").exists():
-            raise ValueError(
-                f"{path} holds another tokenizer than this dataset's, and {out} holds a trained "
-                "run whose ids follow it; choose another --out"
-            )
-    return atomic_write_bytes(path, data)
-
-
 # What one item of a text dataset is, when it is not the task's unit (a tagger's loss counts
 # tokens, but its dataset holds sentences).
 _ITEM_NOUNS = {
@@ -699,7 +512,7 @@ def _check_init_tokenizer(init: str | None, tokenizer: Any, entry: Any) -> None:
         return
     try:
         theirs = json.loads((Path(init) / TOKENIZER_FILE).read_text(encoding="utf-8"))
-        mine = json.loads(_tokenizer_bytes(tokenizer).decode("utf-8"))
+        mine = json.loads(tokenizer_bytes(tokenizer).decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return
     a = theirs.get("model", {}).get("vocab") if isinstance(theirs, dict) else None
@@ -813,7 +626,7 @@ def run(args: argparse.Namespace) -> int:
     data_root = args.data_root or (saved or {}).get("data_root")
     entry = entry.for_task(task_name, root=data_root, labels=labels)
     settings = _settings(args, saved, entry)
-    task_name, distill = _distillation(settings, task_name, entry)
+    task_name, distill = distillation(settings, task_name, entry)
     if settings["teacher"] is not None and Path(settings["teacher"]).expanduser().is_dir():
         # Recorded whole in train_args.json, so --resume finds it from any directory.
         settings["teacher"] = str(Path(settings["teacher"]).expanduser().resolve())
@@ -850,7 +663,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"model config ({preset} with --set): {err}") from None
 
-    teacher = _load_teacher(settings["teacher"], entry) if distill is not None else None
+    teacher = load_teacher(settings["teacher"], entry) if distill is not None else None
     if teacher is not None and not getattr(model.config, "distilled", False):
         raise ValueError(
             f"--teacher is invalid for {preset}: it has no distillation token (distilled="
@@ -872,7 +685,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         task = task_for(task_name, train_set, **task_options)
     except ValueError as err:
-        raise option_error(err, _DISTILL_OPTIONS) from None
+        raise option_error(err, DISTILL_OPTIONS) from None
     tokenizer = getattr(train_set, "tokenizer", None)
     _check_init_tokenizer(config.init, tokenizer, entry)
     if tokenizer is not None and dist_info().is_main:
