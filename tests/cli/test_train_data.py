@@ -15,7 +15,7 @@ from PIL import Image
 import tfam
 from tfam.cli import build_parser
 from tfam.cli.common import field_option, parse_set, parse_sets, parse_value, resolve_model
-from tfam.data import DatasetEntry, ImageDataset, Recipe, catalog
+from tfam.data import DatasetEntry, ImageDataset, Recipe, registry
 from tfam.training import TrainConfig
 
 TINY = ["--set", "patch_size=4", "--set", "dim=16", "--set", "depth=1", "--set", "heads=2"]
@@ -199,9 +199,9 @@ def test_a_registered_dataset_trains_with_no_cli_change(tmp_path: Path, monkeypa
         splits=("train", "fit", "val"),
         test_split=None,
     )
-    monkeypatch.setattr(catalog, "_CATALOG", dict(catalog._CATALOG))
-    monkeypatch.setattr(catalog, "_ALIASES", dict(catalog._ALIASES))
-    catalog.register_dataset(entry)
+    monkeypatch.setattr(registry, "_CATALOG", dict(registry._CATALOG))
+    monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))
+    registry.register_dataset(entry)
     out = tmp_path / "run"
     code, _, err = cli(["train", "vit", "--data", "stripes", "--out", out, "--quiet", *TINY]
                        + ["--threads", "1"])  # fmt: skip

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tfam.data import catalog as catalog_module
-from tfam.data import get_dataset, register_dataset, task_facts
+from tfam.data import get_dataset, register_dataset, registry, task_facts
 from tfam.models import MODEL_CLASSES
 from tfam.training import TASKS, ImageClassification
 
@@ -71,7 +70,7 @@ def two_tasks(monkeypatch) -> Iterator[str]:
     )
     register_dataset(entry)
     yield entry.name
-    del catalog_module._CATALOG["digits-two"], catalog_module._ALIASES["digits-two"]
+    del registry._CATALOG["digits-two"], registry._ALIASES["digits-two"]
     del TASKS[Shy.name]
 
 
