@@ -249,21 +249,7 @@ def from_files(
             f"MODEL {shown!r} cannot learn from {data.path}: it holds data for {data.task}, and "
             f"a {shown} model learns {', '.join(tasks) or 'nothing'}"
         )
-    splits = tuple(data.splits)
-
-    def loader(split: str, *, root: Any = None, seed: int = 0) -> Any:
-        return data.splits[split]
-
-    return DatasetEntry(
-        name=str(data.path),
-        task=data.task,
-        info=data.info,
-        loader=loader,
-        splits=splits,
-        train_split="train",
-        test_split="test" if "test" in splits else None,
-        is_folder=True,
-    )
+    return _loaded_entry(data)
 
 
 def _run_file_options(run: str | os.PathLike) -> dict[str, Any]:
@@ -349,6 +335,12 @@ def graph_files_entry(
         raise ValueError(
             f"--task {task!r} is invalid for {data.path}: it holds data for {data.task}"
         )
+    return _loaded_entry(data)
+
+
+def _loaded_entry(data: Any) -> DatasetEntry:
+    """The entry of the user's data already read (``data.path``, ``task``, ``info`` and
+    ``splits``: split name -> dataset; a fit split named "train", "val" and "test" when given)."""
     splits = tuple(data.splits)
 
     def loader(split: str, *, root: Any = None, seed: int = 0) -> Any:
@@ -357,7 +349,7 @@ def graph_files_entry(
     return DatasetEntry(
         name=str(data.path),
         task=data.task,
-        info=data.info,  # type: ignore[arg-type]
+        info=data.info,
         loader=loader,
         splits=splits,
         train_split="train",
