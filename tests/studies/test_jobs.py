@@ -29,6 +29,10 @@ def test_two_jobs_give_the_serial_records(tmp_path):
         }, key
     assert parallel["conclusions"] == serial["conclusions"]
     assert not (tmp_path / "jobs" / JOBS_DIR).exists()  # merged, then removed
+    # The report says how its records were computed: the command with --jobs, the workers.
+    report = (tmp_path / "jobs" / "report.md").read_text()
+    assert "--seeds 2 --jobs 2 --out" in report and "by 2 worker processes of" in report
+    assert "--jobs" not in (tmp_path / "serial" / "report.md").read_text()
 
 
 def test_leftover_worker_records_are_merged(tmp_path):

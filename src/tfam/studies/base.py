@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
 from tfam.fileio import atomic_write_bytes
-from tfam.studies.jobs import JOBS_DIR, merge_worker_records, run_workers, try_claim
+from tfam.studies.jobs import (
+    JOBS_DIR,
+    merge_worker_records,
+    run_workers,
+    try_claim,
+    worker_threads,
+)
 
 __all__ = [
     "PROFILES",
@@ -169,6 +175,7 @@ class Context:
     notes: list[str] = field(default_factory=list)
     claim: Callable[[str], bool] | None = None
     deferred: int = 0
+    jobs: int = 1  # --jobs: how many worker processes computed the records
 
     def once(self, key: str, fn: Callable[[], Any]) -> Any:
         """The record under ``key``: read back when a previous run stored it, else computed by
@@ -277,7 +284,9 @@ class Study:
         if jobs > 1:
             args = (type(self), profile, n, str(out), device)
             run_workers(self.name, run_worker, args, out, jobs, store, progress)
-        ctx = Context(profile, settings, list(range(n)), out, store, progress, device=device)
+        ctx = Context(
+            profile, settings, list(range(n)), out, store, progress, device=device, jobs=jobs
+        )
         self.measure(ctx)
         sections, conclusions = self.report(ctx)
         seconds = time.perf_counter() - start
@@ -314,9 +323,16 @@ class Study:
             "",
             f"Command: `tfam study {self.name} --profile {ctx.profile} --seeds {len(ctx.seeds)} "
             + (f"--device {ctx.device} " if ctx.device != "cpu" else "")
+            + (f"--jobs {ctx.jobs} " if ctx.jobs > 1 else "")
             + f"--out {ctx.out}`",
             "",
         ]
+        if ctx.jobs > 1:
+            lines[-2:-1] = [
+                lines[-2] + f" (the records were trained by {ctx.jobs} worker processes of "
+                f"{worker_threads(ctx.jobs)} torch thread(s) each; the machine line counts the "
+                "threads of the process that wrote this report)"
+            ]
         for s in sections:
             lines += [f"## {s.heading}", "", s.body.rstrip(), ""]
         lines += ["## Conclusion", ""]

@@ -202,9 +202,9 @@ class LNvsBNStudy(Study):
             ),  # fmt: skip
             # Sized to fit 3 hours from the CPU seconds a step measured on one thread (the
             # figures are on docs/studies/ln-vs-bn.md): 2 epochs, not 5, at each batch size.
-            expected="~2.5 h on one thread (sized from measured step times)",
-            measured="11,693 s of training (the records' sum, about 20 min of pauses in it) on one "
-            "thread of the 2-core CPU beside 1-3 other single-thread jobs",
+            expected="~1.3 h with --jobs 2 on a quiet 2-core CPU (~2.5 h of one thread's training)",
+            measured="4,514 s (1 h 15 min) of wall time with --jobs 2 on the 2-core CPU, nothing "
+            "else running for most of it (the records' training 8,769 s, one thread each)",
         ),
     }
 
