@@ -324,15 +324,16 @@ class Study:
             f"Command: `tfam study {self.name} --profile {ctx.profile} --seeds {len(ctx.seeds)} "
             + (f"--device {ctx.device} " if ctx.device != "cpu" else "")
             + (f"--jobs {ctx.jobs} " if ctx.jobs > 1 else "")
-            + f"--out {ctx.out}`",
-            "",
-        ]
-        if ctx.jobs > 1:
-            lines[-2:-1] = [
-                lines[-2] + f" (the records were trained by {ctx.jobs} worker processes of "
+            + f"--out {ctx.out}`"
+            + (
+                f" (the records were trained by {ctx.jobs} worker processes of "
                 f"{worker_threads(ctx.jobs)} torch thread(s) each; the machine line counts the "
                 "threads of the process that wrote this report)"
-            ]
+                if ctx.jobs > 1
+                else ""
+            ),
+            "",
+        ]
         for s in sections:
             lines += [f"## {s.heading}", "", s.body.rstrip(), ""]
         lines += ["## Conclusion", ""]
