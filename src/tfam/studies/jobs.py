@@ -1,7 +1,8 @@
 """``tfam study NAME --jobs N``: a study's records computed by N worker processes.
 
-Each worker (:func:`tfam.studies.base.run_worker`) runs the study's own :meth:`~tfam.studies.base.Study.measure` with the same
-settings, so it walks the same keys in the same order; ``ctx.once`` computes a key only when the
+Each worker (:func:`tfam.studies.base.run_worker`) runs the study's own
+:meth:`~tfam.studies.base.Study.measure` with the same settings, so it walks the same keys in
+the same order; ``ctx.once`` computes a key only when the
 worker wins its claim (a file created with ``O_EXCL`` under ``DIR/.jobs/claims``), so the N
 workers share the keys dynamically, the next free one to whoever is free. A worker writes its
 records to ``DIR/.jobs/records-I.json`` as each finishes (a crash loses at most the records
