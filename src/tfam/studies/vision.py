@@ -139,6 +139,7 @@ class VisionStudy(Study):
 
     def setup(self, ctx: Context) -> str:
         s = ctx.settings
+        swin = build_student("swin", s).config
         return (
             "Fashion-MNIST, the 60,000 training images (each run a seeded stream of "
             f"{s['steps']} x {s['batch']} of them), scored on {s['eval_test']} evenly spread "
@@ -150,7 +151,8 @@ class VisionStudy(Study):
             "tfam's image-distillation task (hard labels from the teacher, alpha 0.5), without "
             "one the image-classification task on the average of its two heads; Swin: "
             f"swin_fashion_mnist at C={s['swin_dim']}, {s['swin_heads']} heads (2 x 2 patches, "
-            "7 x 7 windows, stages of depth 2 and 2). FLOPs: tfam.explain on the meta device "
+            f"7 x 7 windows, stages of depth 2 and 2, {swin.position} positions, init std "
+            f"{swin.init_std}, as the preset). FLOPs: tfam.explain on the meta device "
             "(one image, a multiply-add = 2 FLOPs). Machine: "
             f"{machine()}; the 2 cores were shared with other work."
         )
