@@ -23,7 +23,10 @@ What it measures, on the data set's test split:
 - **linear probe**: logistic regression (scikit-learn, standardised features) on the mean-pooled,
   final-normed features of block ``--layer`` (default: every block) of the train split, scored on
   the test split, next to the same logistic regression on the raw pixels (the palette's values),
-  fitted in the same run. The model reads [start] + the first H*W - 1 pixels, as in pre-training.
+  fitted in the same run, with the same choice of its regularisation: C chosen by 5-fold
+  cross-validation on the training features alone (``--probe-c cv``, the default), or fixed
+  (``--probe-c 1``: scikit-learn's default, what the README's earlier rows used). The model
+  reads [start] + the first H*W - 1 pixels, as in pre-training.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ from tfam.data import resolve_data
 from tfam.data.vision.palette import load_palette
 from tfam.models.igpt import complete, features
 from tfam.viz import completion_grid
+
+# The probes' inverse regularisation strengths tried by cross-validation (--probe-c cv).
+PROBE_CS = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]
 
 
 def pretrain(args: argparse.Namespace) -> Path:
@@ -141,14 +147,24 @@ def completion_check(args: argparse.Namespace, run: Path, model: Any, test: Any)
 
 
 def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    def fit_score(x_train: Any, x_test: Any) -> float:
-        clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=args.probe_iters))
+    def fit_score(x_train: Any, x_test: Any) -> tuple[float, float]:
+        """(test accuracy, the inverse regularisation C used): C fixed by --probe-c, or chosen
+        by 5-fold cross-validation on the training features alone (the same for every
+        feature set, raw pixels included)."""
+        if args.probe_c == "cv":
+            lr: Any = LogisticRegressionCV(
+                Cs=PROBE_CS, cv=5, max_iter=args.probe_iters, random_state=args.seed
+            )
+        else:
+            lr = LogisticRegression(C=float(args.probe_c), max_iter=args.probe_iters)
+        clf = make_pipeline(StandardScaler(), lr)
         clf.fit(x_train, y_train)
-        return float(clf.score(x_test, y_test))
+        c = float(lr.C_[0]) if args.probe_c == "cv" else float(args.probe_c)
+        return float(clf.score(x_test, y_test)), c
 
     g = torch.Generator().manual_seed(args.seed)
     keep = (
@@ -160,7 +176,7 @@ def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
     out: dict[str, Any] = {"train_images": len(keep), "test_images": len(test)}
     raw_train = train.palette.colours()[train.ids[keep, 1:]].flatten(1).numpy()
     raw_test = test.palette.colours()[test.ids[:, 1:]].flatten(1).numpy()
-    out["raw_pixels"] = fit_score(raw_train, raw_test)
+    out["raw_pixels"], out["C_raw_pixels"] = fit_score(raw_train, raw_test)
     layers = [args.layer] if args.layer else list(range(1, model.config.depth + 1))
 
     def feats(data: Any, index: torch.Tensor, layer: int) -> Any:
@@ -170,7 +186,7 @@ def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
         ).numpy()
 
     for layer in layers:
-        out[f"layer_{layer}"] = fit_score(
+        out[f"layer_{layer}"], out[f"C_layer_{layer}"] = fit_score(
             feats(train, keep, layer), feats(test, torch.arange(len(test)), layer)
         )
     return out
@@ -203,6 +219,12 @@ def main() -> None:
         "--probe-train", type=int, default=None, help="train images for the probe (default: all)"
     )
     p.add_argument("--probe-iters", type=int, default=2000)
+    p.add_argument(
+        "--probe-c",
+        default="cv",
+        help="the probes' inverse regularisation C: a number, or cv (default): chosen from "
+        f"{PROBE_CS} by 5-fold cross-validation on the training features",
+    )
     p.add_argument(
         "--temperature", type=float, default=1.0, help="sampling temperature (default 1)"
     )
@@ -244,10 +266,10 @@ def main() -> None:
     print(
         f"linear probe (logistic regression on {pr['train_images']} train images, test accuracy):"
     )
-    print(f"  raw pixels: {100 * pr['raw_pixels']:.2f}%")
+    print(f"  raw pixels: {100 * pr['raw_pixels']:.2f}% (C {pr['C_raw_pixels']:g})")
     for key, value in pr.items():
         if key.startswith("layer_"):
-            print(f"  iGPT block {key[6:]} features: {100 * value:.2f}%")
+            print(f"  iGPT block {key[6:]} features: {100 * value:.2f}% (C {pr['C_' + key]:g})")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
