@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 import tfam
@@ -157,13 +158,17 @@ def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
         feature set, raw pixels included)."""
         if args.probe_c == "cv":
             lr: Any = LogisticRegressionCV(
-                Cs=PROBE_CS, cv=5, max_iter=args.probe_iters, random_state=args.seed
+                Cs=PROBE_CS,
+                cv=5,
+                scoring="accuracy",
+                max_iter=args.probe_iters,
+                random_state=args.seed,
             )
         else:
             lr = LogisticRegression(C=float(args.probe_c), max_iter=args.probe_iters)
         clf = make_pipeline(StandardScaler(), lr)
         clf.fit(x_train, y_train)
-        c = float(lr.C_[0]) if args.probe_c == "cv" else float(args.probe_c)
+        c = float(np.ravel(lr.C_)[0]) if args.probe_c == "cv" else float(args.probe_c)
         return float(clf.score(x_test, y_test)), c
 
     g = torch.Generator().manual_seed(args.seed)

@@ -150,15 +150,22 @@ def test_in_memory_run_restores_the_best_epoch() -> None:
     epoch's, and its test score is the one returned."""
     fit, test = load_dataset("digits", "fit"), load_dataset("digits", "test")
     val = torch.utils.data.Subset(load_dataset("digits", "val"), range(12))
-    snaps = Snapshots()
-    config = TrainConfig(
-        epochs=6, batch_size=64, lr=2e-2, progress=False, quiet=True, num_workers=0
-    )
-    model = tiny()
-    trainer = Trainer(model, fit, test, config, val_set=val, callbacks=[snaps])
-    result = trainer.fit()
-    best = result.best_epoch
-    assert best < 6, result.history  # measured: the 12 images peak at epoch 5
+    # The restore only shows when the best epoch is not the last. Which epoch 12 noisy
+    # validation images favour shifts with library versions and thread counts, so the first
+    # of a few seeds whose best epoch comes before the last is the one checked.
+    for seed in range(5):
+        snaps = Snapshots()
+        config = TrainConfig(
+            epochs=6, batch_size=64, lr=2e-2, seed=seed, progress=False, quiet=True, num_workers=0
+        )
+        model = tiny(seed)
+        trainer = Trainer(model, fit, test, config, val_set=val, callbacks=[snaps])
+        result = trainer.fit()
+        best = result.best_epoch
+        if best < config.epochs:
+            break
+    else:
+        pytest.fail("no seed's validation score peaked before the last epoch: nothing to restore")
     assert result.saved["epoch"] == best and result.saved["rule"] == "best val"
     assert all(torch.equal(v, snaps.weights[best][k]) for k, v in model.state_dict().items())
     assert result.final_test_acc == trainer.evaluate(test)[1]
