@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tfam.models import create_model
+from tfam.models import create_config, create_model
 from tfam.studies.base import Context, Profile, Section, Study, md_table, register_study
 from tfam.studies.cnn_attention import build_model
 from tfam.studies.common import machine, seeded
@@ -139,7 +139,7 @@ class VisionStudy(Study):
 
     def setup(self, ctx: Context) -> str:
         s = ctx.settings
-        swin = build_student("swin", s).config
+        swin = create_config("swin_fashion_mnist", dim=s["swin_dim"], heads=s["swin_heads"])
         return (
             "Fashion-MNIST, the 60,000 training images (each run a seeded stream of "
             f"{s['steps']} x {s['batch']} of them), scored on {s['eval_test']} evenly spread "
