@@ -9,6 +9,8 @@ gives the accuracy over the 1,437 out-of-fold predictions and the errors per fol
     python benchmarks/digits_cv.py --variant recipe= \
         --variant previous=pool=mean,position=sincos2d,depth=4,epochs=150
     python benchmarks/digits_cv.py --folds 5 --jobs 2 --log cv.jsonl
+    python benchmarks/digits_cv.py --family swin --variant recipe= \
+        --variant sincos=init_std=0.1,position=sincos2d      # another family's digits recipe
 
 A variant is NAME=FIELD=VALUE[,FIELD=VALUE...] on top of the catalog recipe: fields of the model
 config (``dim``, ``depth``, ``pool``, ``position``...) or of TrainConfig (``epochs``,
@@ -37,6 +39,7 @@ import tfam
 from tfam.cli.common import parse_set
 from tfam.data import BatchAugment, default_augment, get_dataset, load_dataset
 from tfam.data.sources.images import ImageDataset
+from tfam.models import create_config
 from tfam.training import TrainConfig, Trainer
 
 
@@ -108,10 +111,10 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
         raise SystemExit(f"--variant {text!r}: {err}") from None
 
 
-def run_fold(job: tuple[str, dict[str, Any], int, int, int]) -> dict[str, Any]:
-    name, overrides, fold, k, split_seed = job
+def run_fold(job: tuple[str, str, dict[str, Any], int, int, int]) -> dict[str, Any]:
+    family, name, overrides, fold, k, split_seed = job
     torch.set_num_threads(1)
-    entry = get_dataset("digits")
+    entry = get_dataset("digits").for_family(family)
     train = load_dataset("digits", "train")
     parts = folds_of(train.labels, k, split_seed)
     held = parts[fold]
@@ -179,13 +182,23 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--variant", action="append", default=None, help="NAME=FIELD=VALUE,...")
+    parser.add_argument(
+        "--family", default="vit", help="whose digits recipe the variants start from (vit)"
+    )
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=2, help="folds trained at a time")
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the fold split")
     parser.add_argument("--log", default=None, help="append each fold's result (JSON lines)")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in (args.variant or ["recipe="])]
-    jobs = [(n, o, f, args.folds, args.split_seed) for n, o in variants for f in range(args.folds)]
+    recipe = get_dataset("digits").for_family(args.family).recipe
+    if create_config(recipe.preset).family != args.family:
+        raise SystemExit(f"--family {args.family!r}: digits has no recipe for that family")
+    jobs = [
+        (args.family, n, o, f, args.folds, args.split_seed)
+        for n, o in variants
+        for f in range(args.folds)
+    ]
     results: list[dict[str, Any]] = []
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.jobs) as pool:
@@ -199,7 +212,10 @@ def main() -> None:
             if args.log:
                 with open(args.log, "a") as f:
                     f.write(json.dumps(r) + "\n")
-    print(f"\n{args.folds}-fold cross-validation on the digits train split (test split unseen)")
+    print(
+        f"\n{args.folds}-fold cross-validation on the digits train split (test split unseen), "
+        f"{args.family}'s recipe ({recipe.preset})"
+    )
     print(f"{'variant':<16} {'settings':<36} {'CV accuracy':>11}  errors per fold   s/fold")
     for name, overrides in variants:
         rows = sorted((r for r in results if r["variant"] == name), key=lambda r: r["fold"])
