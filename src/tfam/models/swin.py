@@ -330,4 +330,8 @@ _swin(
     depths=(2, 2),
     window=4,
     drop_path=0.1,
+    # As swin_fashion_mnist: with the ImageNet models' 0.02 and no absolute positions the recipe
+    # scored 74.4% in 5-fold cross-validation, with these 98.0% (README, digits).
+    init_std=0.1,
+    position="sincos2d",
 )
