@@ -26,7 +26,8 @@ What it measures, on the data set's test split:
   fitted in the same run, with the same choice of its regularisation: C chosen by 5-fold
   cross-validation on the training features alone (``--probe-c cv``, the default), or fixed
   (``--probe-c 1``: scikit-learn's default, what the README's earlier rows used). The model
-  reads [start] + the first H*W - 1 pixels, as in pre-training.
+  reads [start] + the first H*W - 1 pixels, as in pre-training. With ``--concat``, one more
+  probe reads every probed block's features side by side (4 blocks x D numbers an image).
 """
 
 from __future__ import annotations
@@ -190,11 +191,24 @@ def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
             [features(model, ids[i : i + 500], layer) for i in range(0, len(ids), 500)]
         ).numpy()
 
+    every_test = torch.arange(len(test))
+    kept: list[tuple[Any, Any]] = []
     for layer in layers:
-        out[f"layer_{layer}"], out[f"C_layer_{layer}"] = fit_score(
-            feats(train, keep, layer), feats(test, torch.arange(len(test)), layer)
+        pair = feats(train, keep, layer), feats(test, every_test, layer)
+        out[f"layer_{layer}"], out[f"C_layer_{layer}"] = fit_score(*pair)
+        if args.concat:
+            kept.append(pair)
+    if len(kept) > 1:  # one probe on every probed block's features side by side
+        out["blocks_concatenated"], out["C_blocks_concatenated"] = fit_score(
+            np.concatenate([a for a, _ in kept], axis=1),
+            np.concatenate([b for _, b in kept], axis=1),
         )
     return out
+
+
+def layers_probed(probe_results: dict) -> list[int]:
+    """The blocks a probe result holds, in order."""
+    return [int(k[6:]) for k in probe_results if k.startswith("layer_")]
 
 
 def main() -> None:
@@ -224,6 +238,11 @@ def main() -> None:
         "--probe-train", type=int, default=None, help="train images for the probe (default: all)"
     )
     p.add_argument("--probe-iters", type=int, default=2000)
+    p.add_argument(
+        "--concat",
+        action="store_true",
+        help="also probe the probed blocks' features concatenated (one probe, all blocks)",
+    )
     p.add_argument(
         "--probe-c",
         default="cv",
@@ -275,6 +294,11 @@ def main() -> None:
     for key, value in pr.items():
         if key.startswith("layer_"):
             print(f"  iGPT block {key[6:]} features: {100 * value:.2f}% (C {pr['C_' + key]:g})")
+    if "blocks_concatenated" in pr:
+        print(
+            f"  iGPT blocks {', '.join(map(str, layers_probed(pr)))} concatenated: "
+            f"{100 * pr['blocks_concatenated']:.2f}% (C {pr['C_blocks_concatenated']:g})"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
