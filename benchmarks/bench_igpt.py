@@ -241,7 +241,8 @@ def main() -> None:
     p.add_argument(
         "--concat",
         action="store_true",
-        help="also probe the probed blocks' features concatenated (one probe, all blocks)",
+        help="also probe the probed blocks' features concatenated (one probe, all blocks; "
+        "needs two or more blocks, so not with --layer)",
     )
     p.add_argument(
         "--probe-c",
@@ -256,6 +257,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here too")
     args = p.parse_args()
+    if args.concat and args.layer:
+        p.error(f"--concat with --layer {args.layer}: one block has nothing to concatenate")
     args.out = args.out or f"runs/bench-igpt-{args.data}"
     torch.set_num_threads(1)
 

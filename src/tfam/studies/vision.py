@@ -152,8 +152,8 @@ class VisionStudy(Study):
             "one the image-classification task on the average of its two heads; Swin: "
             f"swin_fashion_mnist at C={s['swin_dim']}, {s['swin_heads']} heads (2 x 2 patches, "
             f"7 x 7 windows, stages of depth 2 and 2, {swin.position} positions, init std "
-            f"{swin.init_std}, drop-path {swin.drop_path}, as the preset). FLOPs: tfam.explain on the meta device "
-            "(one image, a multiply-add = 2 FLOPs). Machine: "
+            f"{swin.init_std}, drop-path {swin.drop_path}, as the preset). FLOPs: tfam.explain "
+            "on the meta device (one image, a multiply-add = 2 FLOPs). Machine: "
             f"{machine()}; the 2 cores were shared with other work."
         )
 
