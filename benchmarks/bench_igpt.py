@@ -18,8 +18,12 @@ What it measures, on the data set's test split:
   `tfam train vit --data digits`): the top half of each of ``--images`` test images is given,
   ``--samples`` completions are sampled (``--temperature``, default 1; ``--top-p``), and the classifier reads each
   completion; the share classified as the original's label is printed beside the classifier's
-  accuracy on the originals themselves and on the prompts alone (bottom half black). The grid
-  of the first 8 goes to ``OUT/completions.png``;
+  accuracy on the originals themselves, on the prompts alone (bottom half black) and on a
+  nearest-neighbour completion, measured in the same run: each prompt keeps the bottom half of
+  the training image whose top half is nearest (Euclidean, over the palette's values), a
+  non-parametric reference for what the top half tells. ``--greedy`` takes the most likely
+  pixel at each step instead of sampling. The grid of the first 8 goes to
+  ``OUT/completions.png``;
 - **linear probe**: logistic regression (scikit-learn, standardised features) on the mean-pooled,
   final-normed features of block ``--layer`` (default: every block) of the train split, scored on
   the test split, next to the same logistic regression on the raw pixels (the palette's values),
@@ -89,7 +93,9 @@ def predict(model: Any, x: torch.Tensor, batch: int = 500) -> torch.Tensor:
         return torch.cat([model(x[i : i + batch]).argmax(-1) for i in range(0, len(x), batch)])
 
 
-def completion_check(args: argparse.Namespace, run: Path, model: Any, test: Any) -> dict:
+def completion_check(
+    args: argparse.Namespace, run: Path, model: Any, train: Any, test: Any
+) -> dict:
     palette, facts = load_palette(run)
     c, h, w = (int(v) for v in facts["image_shape"])
     n = min(args.images, len(test))
@@ -107,6 +113,7 @@ def completion_check(args: argparse.Namespace, run: Path, model: Any, test: Any)
                 generator=g,
                 temperature=args.temperature,
                 top_p=args.top_p,
+                greedy=args.greedy,
             )
             for i in range(0, n, 64)
         ]
@@ -145,6 +152,20 @@ def completion_check(args: argparse.Namespace, run: Path, model: Any, test: Any)
             n, args.samples
         )
         result["completions_classified_as_original"] = float((got == y[:, None]).double().mean())
+        # The reference: the bottom half of the training image whose top half is nearest.
+        values = palette.colours()
+        top = rows * w
+        nearest = torch.cdist(
+            values[ids[:, 1 : 1 + top]].flatten(1).double(),
+            values[train.ids[:, 1 : 1 + top]].flatten(1).double(),
+        ).argmin(dim=1)
+        pasted = torch.cat([ids[:, 1 : 1 + top], train.ids[nearest, 1 + top :]], dim=1)
+        result["nearest_neighbour_classified_as_original"] = float(
+            (predict(classifier, classifier_inputs(clf_run, palette.decode(pasted, shape))) == y)
+            .double()
+            .mean()
+        )
+        result["nearest_neighbour_images"] = len(train)
     return result
 
 
@@ -254,11 +275,18 @@ def main() -> None:
         "--temperature", type=float, default=1.0, help="sampling temperature (default 1)"
     )
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: off)")
+    p.add_argument(
+        "--greedy",
+        action="store_true",
+        help="the most likely pixel at each step instead of sampling (one completion an image)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here too")
     args = p.parse_args()
     if args.concat and args.layer:
         p.error(f"--concat with --layer {args.layer}: one block has nothing to concatenate")
+    if args.greedy:
+        args.samples = 1  # greedy completions of one prompt are all the same
     args.out = args.out or f"runs/bench-igpt-{args.data}"
     torch.set_num_threads(1)
 
@@ -273,11 +301,12 @@ def main() -> None:
     print(
         f"pre-training: test loss {loss:.4f} nats/pixel = {loss / math.log(2):.4f} bits/pixel ({run})"
     )
-    results["completion"] = completion_check(args, run, model, test)
+    results["completion"] = completion_check(args, run, model, train, test)
     comp = results["completion"]
+    decoding = "greedy" if args.greedy else f"temperature {args.temperature:g}, top-p {args.top_p}"
     print(
         f"completion: {comp['images']} test images x {comp['samples']} samples from the top half "
-        f"(temperature {args.temperature:g}, top-p {args.top_p}) in "
+        f"({decoding}) in "
         f"{comp['seconds']} s; completed pixels equal to the original's {100 * comp['pixels_equal']:.1f}%; "
         f"grid {comp['grid']}"
     )
@@ -286,7 +315,9 @@ def main() -> None:
             f"  classifier {args.classifier}: completions classified as the original digit "
             f"{100 * comp['completions_classified_as_original']:.1f}% (originals "
             f"{100 * comp['classifier_on_originals']:.1f}%, top halves alone "
-            f"{100 * comp['classifier_on_prompts']:.1f}%)"
+            f"{100 * comp['classifier_on_prompts']:.1f}%, the nearest of "
+            f"{comp['nearest_neighbour_images']} training top halves' bottom half pasted "
+            f"{100 * comp['nearest_neighbour_classified_as_original']:.1f}%)"
         )
     results["probe"] = probe(args, model, train, test)
     pr = results["probe"]
