@@ -276,12 +276,15 @@ class TokenPositions:
 
     def query(self, device: torch.device) -> Tensor:
         """Positions of the new tokens: (length,) or (B, length) int64; on a grid (2, length),
-        rows first, then columns (the prefix tokens at (0, 0))."""
+        rows first, then columns (the prefix tokens at (0, 0)). On a grid, token
+        ``prefix + i`` sits at cell divmod(i, gw) (row-major, as PatchEmbed and a raster of
+        pixels), counted from ``offset``: a decoder reading a raster one pixel at a time
+        (iGPT's 2-D RoPE) gets each new token's cell."""
         if self.grid is not None:
-            gh, gw = self.grid
-            patch = torch.arange(gh * gw, device=device)
-            cells = torch.stack([patch // gw, patch % gw])  # row-major, as PatchEmbed
-            return F.pad(cells, (self.prefix, 0))
+            gw = self.grid[1]
+            cell = torch.arange(self.offset, self.offset + self.length, device=device)
+            cell = (cell - self.prefix).clamp_min(0)  # the prefix tokens at (0, 0)
+            return torch.stack([cell // gw, cell % gw])
         if self.rows is not None:
             return self.rows
         return self.shared(device)
@@ -587,9 +590,10 @@ class RotaryPosition(PositionScheme):
     def describe(self) -> str:
         if self.grid is not None:
             return (
-                "rotate Q and K of every self-attention by each patch's row (first half of "
-                "each head's features) and column (second half) (2-D axial RoPE, base 10000; "
-                "prefix tokens not rotated): nothing added to the tokens, nothing learned"
+                "rotate Q and K of every self-attention by each token's row on the "
+                f"{self.grid[0]}x{self.grid[1]} grid (first half of each head's features) and "
+                "column (second half) (2-D axial RoPE, base 10000; prefix tokens not rotated): "
+                "nothing added to the tokens, nothing learned"
             )
         return (
             "rotate Q and K of every self-attention by each token's position (RoPE, base "

@@ -155,6 +155,11 @@ class GPT(GenerationMixin, TfamModel):
         return None if bool(mask.all()) else mask
 
     # -- the network -----------------------------------------------------------------------
+    def token_positions(self, length: int, offset: int, key_mask: Tensor | None) -> TokenPositions:
+        """Where ``length`` new tokens sit after ``offset`` cached ones: with a key mask
+        (left padding), per row from its first real token."""
+        return TokenPositions.count(length, offset, key_mask)
+
     def _hidden(
         self,
         ids: Tensor,
@@ -170,8 +175,7 @@ class GPT(GenerationMixin, TfamModel):
         n = ids.shape[1]
         # Only a learned table bounds the length; every other scheme runs past max_positions.
         self.config.check_length(offset + n, "the sequence")
-        # Once per forward: per row from the first real token with a key mask (left padding).
-        positions = TokenPositions.count(n, offset, key_mask)
+        positions = self.token_positions(n, offset, key_mask)  # once per forward
         x = self.drop(self.position.add(self.tok_embed(ids), positions, self.pos_embed))
         x, weights = self.stack(
             x,

@@ -36,10 +36,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from tfam.config import check_choice, check_positive_int, config_error
+from tfam.config import as_pair, check_choice, check_positive_int, config_error
 from tfam.generation import DecodingState
 from tfam.layers import TransformerStack, make_norm
-from tfam.layers.position import build_position
+from tfam.layers.position import TokenPositions, build_position
 from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.gpt import GPT, GPTConfig
 from tfam.models.registry import register_preset
@@ -71,6 +71,12 @@ class IGPTConfig(GPTConfig):
     tie_output: bool = False  # the head scores vocab_size - 1 ids: it cannot be the embedding
     head: str = "lm"
     num_labels: int = 10
+    # The pixel grid (H, W) the sequence reads in raster order, for 2-D RoPE: with
+    # position="rope", token 1 + i (pixel i) is rotated by its row i // W and column i % W
+    # (the start token at (0, 0), unrotated), so the pixel above is the same offset in every
+    # column, where 1-D RoPE over the raster index (None) sees the next row's first pixel as
+    # the last one's right-hand neighbour.
+    image_size: Any = None  # None, an int or (height, width)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -87,6 +93,30 @@ class IGPTConfig(GPTConfig):
             )
         check_choice("head", self.head, HEADS)
         check_positive_int("num_labels", self.num_labels)
+        if self.image_size is not None:
+            self.image_size = as_pair("image_size", self.image_size)
+            h, w = self.image_size
+            if self.position != "rope":
+                raise config_error(
+                    "image_size",
+                    self.image_size,
+                    f"it is read by position='rope' only (2-D RoPE over the pixel grid); with "
+                    f"position={self.position!r} leave it None",
+                )
+            if self.head_dim % 4:
+                raise config_error(
+                    "heads",
+                    self.heads,
+                    "2-D RoPE (image_size set) rotates two halves of feature pairs, so the head "
+                    f"width dim/heads must be a multiple of 4 (dim={self.dim})",
+                )
+            if self.max_positions > 1 + h * w:
+                raise config_error(
+                    "max_positions",
+                    self.max_positions,
+                    f"expected at most 1 + H*W = {1 + h * w} for image_size={self.image_size} "
+                    "([start] + the pixels)",
+                )
 
     @property
     def start_token_id(self) -> int:
@@ -121,10 +151,12 @@ class IGPT(GPT):
         TfamModel.__init__(self, config)  # GPT's parts, iGPT's head: built here, not by GPT
         c = config
         self.tok_embed = nn.Embedding(c.vocab_size, c.dim)
-        self.position = build_position(c, length=c.max_positions)
+        # With image_size, RoPE indexes the pixel grid (row, column) after the start token.
+        grid, prefix = c.image_size, (0 if c.image_size is None else 1)
+        self.position = build_position(c, length=c.max_positions, grid=grid, prefix=prefix)
         self.pos_embed = self.position.make_table()  # (max_positions, D) when learned
         self.drop = nn.Dropout(c.dropout)
-        self.stack = TransformerStack(c, causal=True)
+        self.stack = TransformerStack(c, causal=True, grid=grid, prefix=prefix)
         self.norm = make_norm(c.norm, c.dim, c.norm_eps) if c.final_norm else nn.Identity()
         if c.head == "lm":
             self.lm_head = nn.Linear(c.dim, c.palette_size, bias=False)
@@ -182,6 +214,19 @@ class IGPT(GPT):
         if head == "sequence":
             return self.score(features)
         return features
+
+    def token_positions(self, length: int, offset: int, key_mask: Tensor | None) -> TokenPositions:
+        """GPT's positions, or with ``image_size`` each new token's (row, column) on the pixel
+        grid after the start token (:meth:`TokenPositions.query`), counted from ``offset``."""
+        c = self.config
+        if c.image_size is None:
+            return super().token_positions(length, offset, key_mask)
+        if key_mask is not None:
+            raise ValueError(
+                "attention_mask with padding is invalid for an iGPT with image_size (2-D RoPE): "
+                "every row must be an unpadded image, [start] + its pixels in raster order"
+            )
+        return TokenPositions(offset, length, grid=c.image_size, prefix=1)
 
     # -- decoding --------------------------------------------------------------------------
     def prepare_decoding(

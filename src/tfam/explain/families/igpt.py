@@ -62,5 +62,10 @@ class IGPTExplainer(GPTExplainer):
             f"{self.length_line('L')} ([start] + pixels in raster order), V = {e['V']} ids "
             f"({c.palette_size} palette + start = {c.start_token_id}), head: {c.head}, "
             f"position: {c.position}"
+            + (
+                ""
+                if self.model.position.acts == "tokens"
+                else f" ({self.model.position.describe()})"
+            )
         )
         return lines
