@@ -81,7 +81,6 @@ def test_complete_runs_with_2d_rope() -> None:
 @pytest.mark.parametrize(
     ("values", "field"),
     [
-        (dict(image_size=4, position="learned"), "image_size"),
         (dict(image_size=4, heads=16), "heads"),  # head width 2: not a multiple of 4
         (dict(image_size=3), "max_positions"),  # 1 + 9 < 17
         (dict(image_size=(4, 0)), "image_size"),
@@ -91,6 +90,16 @@ def test_image_size_errors_name_the_field(values, field) -> None:
     base = dict(dim=32, heads=2, depth=2, vocab_size=9, max_positions=17, position="rope")
     with pytest.raises(ValueError, match=field):
         IGPTConfig(**{**base, **values})
+
+
+def test_other_schemes_ignore_image_size() -> None:
+    # image_size says the grid; only RoPE reads it (a learned table stays 1-D, HF's layout).
+    plain, sized = tiny(position="learned"), tiny(position="learned", image_size=4)
+    assert sized.config.rope_grid is None and plain.config.rope_grid is None
+    sized.load_state_dict(plain.state_dict())
+    ids = torch.randint(0, 8, (1, 17))
+    assert torch.equal(sized(ids), plain(ids))
+    assert tiny(image_size=4).config.rope_grid == (4, 4)
 
 
 def test_padding_is_refused_with_2d_rope() -> None:

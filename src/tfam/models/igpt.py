@@ -71,11 +71,11 @@ class IGPTConfig(GPTConfig):
     tie_output: bool = False  # the head scores vocab_size - 1 ids: it cannot be the embedding
     head: str = "lm"
     num_labels: int = 10
-    # The pixel grid (H, W) the sequence reads in raster order, for 2-D RoPE: with
-    # position="rope", token 1 + i (pixel i) is rotated by its row i // W and column i % W
-    # (the start token at (0, 0), unrotated), so the pixel above is the same offset in every
-    # column, where 1-D RoPE over the raster index (None) sees the next row's first pixel as
-    # the last one's right-hand neighbour.
+    # The pixel grid (H, W) the sequence reads in raster order (None: not said). With
+    # position="rope" it makes RoPE 2-D: token 1 + i (pixel i) is rotated by its row i // W
+    # and column i % W (the start token at (0, 0), unrotated), so the pixel above is the same
+    # offset in every column, where 1-D RoPE over the raster index (image_size None) sees the
+    # next row's first pixel as the last one's right-hand neighbour. Other schemes ignore it.
     image_size: Any = None  # None, an int or (height, width)
 
     def __post_init__(self) -> None:
@@ -95,28 +95,27 @@ class IGPTConfig(GPTConfig):
         check_positive_int("num_labels", self.num_labels)
         if self.image_size is not None:
             self.image_size = as_pair("image_size", self.image_size)
-            h, w = self.image_size
-            if self.position != "rope":
-                raise config_error(
-                    "image_size",
-                    self.image_size,
-                    f"it is read by position='rope' only (2-D RoPE over the pixel grid); with "
-                    f"position={self.position!r} leave it None",
-                )
+        if self.rope_grid is not None:
+            h, w = self.rope_grid
             if self.head_dim % 4:
                 raise config_error(
                     "heads",
                     self.heads,
-                    "2-D RoPE (image_size set) rotates two halves of feature pairs, so the head "
-                    f"width dim/heads must be a multiple of 4 (dim={self.dim})",
+                    "2-D RoPE (position='rope' with image_size) rotates two halves of feature "
+                    f"pairs, so the head width dim/heads must be a multiple of 4 (dim={self.dim})",
                 )
             if self.max_positions > 1 + h * w:
                 raise config_error(
                     "max_positions",
                     self.max_positions,
-                    f"expected at most 1 + H*W = {1 + h * w} for image_size={self.image_size} "
-                    "([start] + the pixels)",
+                    f"expected at most 1 + H*W = {1 + h * w} for 2-D RoPE over image_size="
+                    f"{self.rope_grid} ([start] + the pixels)",
                 )
+
+    @property
+    def rope_grid(self) -> tuple[int, int] | None:
+        """The pixel grid 2-D RoPE indexes: ``image_size`` with position='rope', else None."""
+        return self.image_size if self.position == "rope" else None
 
     @property
     def start_token_id(self) -> int:
@@ -152,7 +151,7 @@ class IGPT(GPT):
         c = config
         self.tok_embed = nn.Embedding(c.vocab_size, c.dim)
         # With image_size, RoPE indexes the pixel grid (row, column) after the start token.
-        grid, prefix = c.image_size, (0 if c.image_size is None else 1)
+        grid, prefix = c.rope_grid, (0 if c.rope_grid is None else 1)
         self.position = build_position(c, length=c.max_positions, grid=grid, prefix=prefix)
         self.pos_embed = self.position.make_table()  # (max_positions, D) when learned
         self.drop = nn.Dropout(c.dropout)
@@ -216,17 +215,18 @@ class IGPT(GPT):
         return features
 
     def token_positions(self, length: int, offset: int, key_mask: Tensor | None) -> TokenPositions:
-        """GPT's positions, or with ``image_size`` each new token's (row, column) on the pixel
+        """GPT's positions, or with 2-D RoPE each new token's (row, column) on the pixel
         grid after the start token (:meth:`TokenPositions.query`), counted from ``offset``."""
-        c = self.config
-        if c.image_size is None:
+        grid = self.config.rope_grid
+        if grid is None:
             return super().token_positions(length, offset, key_mask)
         if key_mask is not None:
             raise ValueError(
-                "attention_mask with padding is invalid for an iGPT with image_size (2-D RoPE): "
-                "every row must be an unpadded image, [start] + its pixels in raster order"
+                "attention_mask with padding is invalid for an iGPT with 2-D RoPE (position="
+                "'rope' with image_size): every row must be an unpadded image, [start] + its "
+                "pixels in raster order"
             )
-        return TokenPositions(offset, length, grid=c.image_size, prefix=1)
+        return TokenPositions(offset, length, grid=grid, prefix=1)
 
     # -- decoding --------------------------------------------------------------------------
     def prepare_decoding(
