@@ -1,10 +1,12 @@
 """iGPT (Chen et al. 2020) on tfam's small image datasets: pre-train by next-pixel prediction,
 complete held-out images from their top half, and probe the features linearly.
 
-    # digits: pre-train (the catalog recipe), completions judged by a digits classifier, probe
+    # digits: pre-train (the catalog recipe: 2-D RoPE, dropout 0.3, 120 epochs), completions
+    # judged by a digits classifier, probe
     python benchmarks/bench_igpt.py --classifier runs/digits
-    python benchmarks/bench_igpt.py --classifier runs/digits --set dropout=0.3 --set attn_dropout=0.1 --epochs 120
-    python benchmarks/bench_igpt.py --classifier runs/digits --set dropout=0.2 --set attn_dropout=0.1 --pad 1 --epochs 120
+    python benchmarks/bench_igpt.py --classifier runs/digits --greedy          # the likeliest pixels
+    python benchmarks/bench_igpt.py --classifier runs/digits --set position=learned   # HF's table
+    python benchmarks/bench_igpt.py --classifier runs/digits --pad 1 --concat
     python benchmarks/bench_igpt.py --run runs/digits-pixels --classifier runs/digits   # reuse
     # Fashion-MNIST 14x14, 16 grey levels: completion grid and probe vs raw pixels
     python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30

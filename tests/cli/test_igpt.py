@@ -79,9 +79,11 @@ def test_fine_tune_a_classifier_from_the_pretrained_run(pretrained: Path, cli, t
     argv += [pretrained, "--max-steps", "2", "--out", out]
     code, stdout, _ = cli(argv)
     assert code == 0
-    # Every tensor of the pre-trained run but its LM head (the embeddings, the block's ten,
-    # the final norm); the classifier is new.
-    assert "-> 13 tensors copied, score new (head 'lm' -> 'sequence')" in stdout, stdout
+    # Every tensor of the pre-trained run but its LM head (the token embedding: the recipe's
+    # 2-D RoPE learns no position table; the block's ten, the final norm); the classifier is
+    # new.
+    assert "-> 12 tensors copied, score new (head 'lm' -> 'sequence')" in stdout, stdout
+    assert tfam.from_pretrained(out).config.rope_grid == (8, 8)
     model = tfam.from_pretrained(out)
     assert model.config.head == "sequence" and model.config.num_labels == 10
     assert model.config.dim == 32 and model.config.depth == 1  # --init's architecture
