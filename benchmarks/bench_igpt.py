@@ -42,6 +42,7 @@ import argparse
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,11 @@ def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
         else:
             lr = LogisticRegression(C=float(args.probe_c), max_iter=args.probe_iters)
         clf = make_pipeline(StandardScaler(), lr)
-        clf.fit(x_train, y_train)
+        with warnings.catch_warnings():
+            # scikit-learn 1.8+ announces changes to LogisticRegressionCV's defaults and
+            # attributes that this probe does not touch (C_ is read the same way in each).
+            warnings.simplefilter("ignore", FutureWarning)
+            clf.fit(x_train, y_train)
         c = float(np.ravel(lr.C_)[0]) if args.probe_c == "cv" else float(args.probe_c)
         return float(clf.score(x_test, y_test)), c
 
