@@ -77,6 +77,8 @@ def pretrain(args: argparse.Namespace) -> Path:
             argv += [flag, str(value)]
     for item in args.set or ():
         argv += ["--set", item]
+    if args.refit:
+        argv.append("--refit")
     code = tfam.cli.main(argv)
     if code != 0:
         raise SystemExit(f"tfam {' '.join(argv)} exited with {code}")
@@ -257,6 +259,12 @@ def main() -> None:
     )
     p.add_argument(
         "--threads", type=int, default=None, help="pre-training threads (default: the recipe's)"
+    )
+    p.add_argument(
+        "--refit",
+        action="store_true",
+        help="pre-train again on train + validation for the chosen epochs (tfam train --refit); "
+        "the completions and the probe read the refit model",
     )
     p.add_argument("--classifier", default=None, help="an image classifier run of the same images")
     p.add_argument("--images", type=int, default=360, help="test images to complete (default 360)")

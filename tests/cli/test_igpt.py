@@ -89,3 +89,14 @@ def test_fine_tune_a_classifier_from_the_pretrained_run(pretrained: Path, cli, t
     assert model.config.dim == 32 and model.config.depth == 1  # --init's architecture
     results = json.loads((out / "results.json").read_text())
     assert math.isfinite(results["test"]["loss"])
+
+
+def test_refit_pretrains_again_on_fit_plus_val(cli, tmp_path) -> None:
+    # The pixel splits join (their get_batch gives items, not columns).
+    out = tmp_path / "refit"
+    argv = ["train", "igpt", "--data", "digits-pixels", "--epochs", "1", "--refit"]
+    code, stdout, stderr = cli([*argv, *TINY, "--out", out])
+    assert code == 0, stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["refit"]["examples"] == 1437 and results["refit"]["steps"] == 23
+    assert math.isfinite(results["test"]["loss"])

@@ -331,6 +331,24 @@ def test_joined_splits_keep_the_fast_path_the_order_and_the_facts() -> None:
         joined.no_such_attribute  # noqa: B018
 
 
+def test_joined_splits_of_items_give_the_items_in_the_order_asked() -> None:
+    # Pixel sequences (and utterances) answer get_batch with a list of items for the task to
+    # collate; a batch drawn from both parts is those items, in the order asked.
+    fit, val = load_dataset("digits-pixels", "fit"), load_dataset("digits-pixels", "val")
+    joined = join_splits(fit, val)
+    idx = torch.tensor([len(fit) + 3, 0, 5, len(fit), len(joined) - 1, 7])
+    got = joined.get_batch(idx)
+    assert isinstance(got, list) and len(got) == 6
+    for (ids, label), i in zip(got, idx.tolist()):
+        want_ids, want_label = joined[i]
+        assert torch.equal(ids, want_ids) and label == want_label
+    assert torch.equal(got[0][0], val.ids[3]) and got[1][1] == int(fit.labels[0])
+    # Two rows of columns (a tuple of tensors) are still columns, not items.
+    images = load_dataset("digits", "fit"), load_dataset("digits", "val")
+    x, y = join_splits(*images).get_batch(torch.tensor([len(images[0]), 0]))
+    assert x.shape[0] == 2 and y.tolist() == [int(images[1].labels[0]), int(images[0].labels[0])]
+
+
 def test_joined_splits_without_get_batch_and_refusals() -> None:
     fit, val = load_dataset("digits", "fit"), load_dataset("digits", "val")
 

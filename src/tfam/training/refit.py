@@ -131,6 +131,11 @@ class _JoinedBatches(JoinedSplits):
         order = torch.cat([where_a, where_b])
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(order.numel())
+        if _item_list(a, where_a.numel()) and _item_list(b, where_b.numel()):
+            # A list with one entry a row is the items the task collates (pixel sequences,
+            # utterances): put the items themselves in the order asked.
+            items = [*a, *b]
+            return [items[j] for j in inverse.tolist()]
         return _merge(a, b, inverse, "get_batch()")
 
 
@@ -171,6 +176,15 @@ def _concat(a: Any, b: Any, name: str) -> Any:
         f"refit: cannot join attribute {name!r} of the two splits ({type(a).__name__} and "
         f"{type(b).__name__})"
     )
+
+
+def _item_list(got: Any, rows: int) -> bool:
+    """Whether a part's ``get_batch`` answer is a list of ``rows`` items (what
+    ``Task.collate`` reads), not columns: a list (columns come as a tuple, a dict or a
+    tensor) with one entry a row, none of them a tensor of ``rows`` rows (a column)."""
+    if not isinstance(got, list) or len(got) != rows:
+        return False
+    return not any(isinstance(x, Tensor) and x.ndim > 0 and x.shape[0] == rows for x in got)
 
 
 def _merge(a: Any, b: Any, inverse: Tensor, where: str) -> Any:
