@@ -79,6 +79,7 @@ def pretrain(args: argparse.Namespace) -> Path:
         argv += ["--set", item]
     if args.refit:
         argv.append("--refit")
+    argv += ["--seed", str(args.seed)]  # tfam train's default is 0 too
     code = tfam.cli.main(argv)
     if code != 0:
         raise SystemExit(f"tfam {' '.join(argv)} exited with {code}")
@@ -295,7 +296,13 @@ def main() -> None:
         action="store_true",
         help="the most likely pixel at each step instead of sampling (one completion an image)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the pre-training run's seed (weights, data order, dropout; the splits stay fixed) "
+        "and the completions' and probe's (default 0)",
+    )
     p.add_argument("--json", default=None, help="write the results here too")
     args = p.parse_args()
     if args.concat and args.layer:
