@@ -5,7 +5,9 @@ deit recipe: ViT's training values on deit_fashion_mnist) and seed: once distill
 TEACHER (any tfam image run directory with Fashion-MNIST's classes, e.g. the lead's CNN run),
 once without a teacher (the same DeiT, both heads trained on the labels through their
 average); then prints both test accuracies beside the ViT recipe's 91.31% and the target
-92.5% (issue 23).
+92.5% (issue 23), and compares the two saved models image by image on the test split
+(McNemar's exact test, :func:`tfam.studies.stats.mcnemar`: whether the images only one of them
+gets right split unevenly beyond chance; one seed each, so it speaks of these two models).
 
     python benchmarks/bench_deit.py --teacher runs/cnn-fashion-mnist --out runs/bench-deit
     python benchmarks/bench_deit.py --teacher RUN --max-steps 5     # a quick check only
@@ -25,7 +27,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import tfam
 import tfam.cli
 
 VIT_ACC = 0.9131  # tfam's ViT recipe on Fashion-MNIST (the README's measurement)
@@ -46,6 +50,22 @@ def read_result(out: Path) -> tuple[float, float]:
     """(test accuracy, training seconds) of a finished run in ``out``."""
     done = json.loads((out / "results.json").read_text())
     return float(done["test"]["acc"]), float(done.get("seconds", 0.0))
+
+
+def paired(with_teacher: Path, without_teacher: Path) -> Any:
+    """McNemar's exact test of the two runs' saved models on Fashion-MNIST's test split, each
+    normalised as it was trained (its preprocess.json)."""
+    from tfam.data import load_dataset
+    from tfam.data.vision.preprocess import load_preprocess
+    from tfam.studies.stats import mcnemar
+    from tfam.training.evaluation import evaluate
+
+    correct = []
+    for run in (with_teacher, without_teacher):
+        pre = load_preprocess(run)
+        data = load_dataset("fashion-mnist", "test").with_stats(pre.mean, pre.std)
+        correct.append(evaluate(tfam.from_pretrained(run), data, batch_size=500).correct_mask)
+    return mcnemar(correct[0].tolist(), correct[1].tolist())
 
 
 def train_together(runs: list[tuple[Path, list[str]]]) -> list[tuple[float, float]]:
@@ -112,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<28} {acc:>9.2%} {seconds:>8.0f}s")
     print(f"{'tfam ViT (recipe, README)':<28} {VIT_ACC:>9.2%}")
     print(f"{'target (issue 23)':<28} {TARGET:>9.2%}")
+    test = paired(runs[0][0], runs[1][0])
+    print(f"paired, image by image: {test.describe('with teacher', 'without teacher')}")
     if args.max_steps is not None:
         print(f"(stopped after {args.max_steps} steps per run: a check, not a result)")
     return 0

@@ -138,6 +138,13 @@ def test_evaluate_same_with_or_without_get_batch(run_dir: Path) -> None:
     b = evaluate(model, list(zip(x, y.tolist())), batch_size=50)
     assert torch.equal(a.confusion, b.confusion)
     assert a.loss == pytest.approx(b.loss, rel=1e-5)
+    # Per example, in the data's order, across batch boundaries (7 does not divide 50).
+    with torch.inference_mode():
+        want = model.eval()(x).argmax(dim=1)
+    assert torch.equal(a.predictions, want) and torch.equal(a.targets, y)
+    assert torch.equal(a.correct_mask, want == y) and int(a.correct_mask.sum()) == a.correct
+    with pytest.raises(ValueError, match="no per-example predictions"):
+        EvalResult(("a",), torch.ones(1, 1, dtype=torch.int64), 0.0).correct_mask  # noqa: B018
     model.train()
     evaluate(model, pairs, batch_size=16)
     assert model.training, "evaluate must restore the model's train mode"

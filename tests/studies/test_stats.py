@@ -1,10 +1,11 @@
-"""The statistics every study reports: mean ± sd over seeds, and the 2-standard-error rule."""
+"""The statistics every study reports: mean ± sd over seeds, the 2-standard-error rule, and
+McNemar's exact test of two models on the same examples."""
 
 import math
 
 import pytest
 
-from tfam.studies.stats import compare, summarize
+from tfam.studies.stats import compare, mcnemar, summarize
 
 
 def test_summarize_by_hand():
@@ -49,3 +50,31 @@ def test_one_seed_has_no_standard_error_and_counts_nothing():
 def test_values_that_never_vary_count_when_they_differ():
     assert compare([5.0, 5.0, 5.0], [3.0, 3.0, 3.0]).counts
     assert not compare([5.0, 5.0], [5.0, 5.0]).counts
+
+
+def test_mcnemar_by_hand():
+    # 1 example only A gets right, 9 only B, 5 both, 2 neither: n = 10 discordant,
+    # p = 2 * (C(10, 0) + C(10, 1)) / 2^10 = 22 / 1024.
+    a = [True] * 1 + [False] * 9 + [True] * 5 + [False] * 2
+    b = [False] * 1 + [True] * 9 + [True] * 5 + [False] * 2
+    t = mcnemar(a, b)
+    assert (t.a_only, t.b_only, t.both, t.neither) == (1, 9, 5, 2)
+    assert t.p == 22 / 1024 and t.counts
+    assert t.describe("DeiT", "ViT").startswith("ViT is right more often: of 17 examples, 1 only")
+    # Symmetric, and an even split (or no discordant example) tells nothing.
+    assert mcnemar(b, a).p == t.p
+    even = mcnemar([True, False, True, False], [False, True, False, True])
+    assert even.p == 1.0 and not even.counts
+    assert even.describe().startswith("no difference measured between A and B")
+    assert mcnemar([True, False], [True, False]).p == 1.0
+    with pytest.raises(ValueError, match="a_correct has 2 examples and b_correct 1"):
+        mcnemar([True, False], [True])
+
+
+def test_mcnemar_matches_scipys_binomial_test():
+    stats = pytest.importorskip("scipy.stats")
+    for a_only, b_only in [(241, 250), (30, 55), (0, 7), (12, 12)]:
+        a = [True] * a_only + [False] * b_only
+        b = [False] * a_only + [True] * b_only
+        want = stats.binomtest(min(a_only, b_only), a_only + b_only, 0.5).pvalue
+        assert mcnemar(a, b).p == pytest.approx(want, rel=1e-9)

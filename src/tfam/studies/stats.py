@@ -6,6 +6,12 @@ standard error, SE = sqrt(s_a^2 / n_a + s_b^2 / n_b) (s the sample standard devi
 seeds, ddof = 1; Welch's standard error of a difference of means). Otherwise a report says that
 no difference was measured. With fewer than two values on a side there is no standard error,
 and nothing counts.
+
+Two models scored on the same test examples (one seed each) are compared example by example:
+McNemar's exact test (:func:`mcnemar`) counts the examples only one of them gets right and
+asks how likely a split at least that uneven is when either is equally likely to be the one
+(a two-sided binomial test with p = 1/2). It measures the test set's sampling noise, not the
+seeds': a p below 0.05 says these two trained models differ, not that their recipes do.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Comparison", "Summary", "compare", "summarize"]
+__all__ = ["Comparison", "PairedTest", "Summary", "compare", "mcnemar", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +99,51 @@ def compare(a: Sequence[float], b: Sequence[float]) -> Comparison:
         return Comparison(diff, None, False, sa, sb)
     se = math.sqrt(sa.std**2 / sa.n + sb.std**2 / sb.n)
     return Comparison(diff, se, abs(diff) > 2 * se, sa, sb)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """McNemar's exact test of two models on the same examples: ``a_only`` examples only A
+    gets right, ``b_only`` only B, ``both`` and ``neither`` the rest; ``p`` the two-sided
+    p-value; ``counts`` when p < 0.05."""
+
+    a_only: int
+    b_only: int
+    both: int
+    neither: int
+    p: float
+
+    @property
+    def counts(self) -> bool:
+        return self.p < 0.05
+
+    def describe(self, a: str = "A", b: str = "B") -> str:
+        """One clause: the discordant examples, the p-value and what it means."""
+        n = self.a_only + self.b_only + self.both + self.neither
+        split = (
+            f"of {n} examples, {self.a_only} only {a} gets right and {self.b_only} only {b} "
+            f"(McNemar's exact p = {self.p:.3g})"
+        )
+        if not self.counts:
+            return f"no difference measured between {a} and {b}: {split}"
+        better = a if self.a_only > self.b_only else b
+        return f"{better} is right more often: {split}"
+
+
+def mcnemar(a_correct: Sequence[bool], b_correct: Sequence[bool]) -> PairedTest:
+    """McNemar's exact test on two models' per-example correctness (the same examples, in
+    the same order): with m = min(a_only, b_only) and n = a_only + b_only,
+    p = min(1, 2 * sum_{k <= m} C(n, k) / 2^n) (exact integer arithmetic); p = 1 when no
+    example tells them apart."""
+    a, b = [bool(x) for x in a_correct], [bool(x) for x in b_correct]
+    if len(a) != len(b):
+        raise ValueError(
+            f"a_correct has {len(a)} examples and b_correct {len(b)}: expected the same examples"
+        )
+    a_only = sum(x and not y for x, y in zip(a, b))
+    b_only = sum(y and not x for x, y in zip(a, b))
+    both = sum(x and y for x, y in zip(a, b))
+    n = a_only + b_only
+    tail = sum(math.comb(n, k) for k in range(min(a_only, b_only) + 1))
+    p = min(1.0, 2 * tail / 2**n) if n else 1.0
+    return PairedTest(a_only, b_only, both, len(a) - n - both, p)

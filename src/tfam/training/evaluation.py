@@ -66,11 +66,22 @@ def per_class_accuracy(confusion: Tensor) -> Tensor:
 
 @dataclass
 class EvalResult:
-    """Everything ``evaluate`` measured. confusion: (K, K) int64, rows = true class."""
+    """Everything ``evaluate`` measured. confusion: (K, K) int64, rows = true class;
+    ``predictions`` and ``targets``: (N,) int64 per example, in the dataset's order (for
+    paired comparisons of two models, :func:`tfam.studies.stats.mcnemar`)."""
 
     classes: tuple[str, ...]
     confusion: Tensor
     loss: float
+    predictions: Tensor | None = None
+    targets: Tensor | None = None
+
+    @property
+    def correct_mask(self) -> Tensor:
+        """(N,) bool: which examples the model got right, in the dataset's order."""
+        if self.predictions is None or self.targets is None:
+            raise ValueError("this result holds no per-example predictions")
+        return self.predictions == self.targets
 
     @property
     def num_examples(self) -> int:
@@ -175,6 +186,7 @@ def evaluate(
     model.eval()
     confusion: Tensor | None = None
     loss_sum = 0.0
+    predicted, targets = [], []
     try:
         with torch.inference_mode():
             for start in range(0, n, batch_size):
@@ -193,11 +205,18 @@ def evaluate(
                         f"({', '.join(map(str, classes[:12]))})"
                     )
                 loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
-                cm = confusion_matrix(y, logits.argmax(dim=1), k)
+                pred = logits.argmax(dim=1)
+                predicted.append(pred)
+                targets.append(y.reshape(-1).to(torch.int64))
+                cm = confusion_matrix(y, pred, k)
                 confusion = cm if confusion is None else confusion + cm
     finally:
         model.train(was_training)
     assert confusion is not None and classes is not None
     return EvalResult(
-        classes=tuple(str(c) for c in classes), confusion=confusion, loss=loss_sum / n
+        classes=tuple(str(c) for c in classes),
+        confusion=confusion,
+        loss=loss_sum / n,
+        predictions=torch.cat(predicted),
+        targets=torch.cat(targets),
     )
