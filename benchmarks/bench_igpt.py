@@ -9,7 +9,8 @@ complete held-out images from their top half, and probe the features linearly.
     python benchmarks/bench_igpt.py --classifier runs/digits --pad 1 --concat
     python benchmarks/bench_igpt.py --run runs/digits-pixels --classifier runs/digits   # reuse
     # Fashion-MNIST 14x14, 16 grey levels: completion grid and probe vs raw pixels
-    python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30
+    python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30   # 2-D RoPE (recipe)
+    python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30 --set position=learned
     # a check of the script in seconds
     python benchmarks/bench_igpt.py --max-steps 5 --images 4 --samples 1 --probe-train 200
 
