@@ -54,7 +54,7 @@ import tfam
 import tfam.cli
 from tfam.data import resolve_data
 from tfam.data.vision.palette import load_palette
-from tfam.models.igpt import complete, features
+from tfam.models.igpt import complete, features_by_layer
 from tfam.viz import completion_grid
 
 # The probes' inverse regularisation strengths tried by cross-validation (--probe-c cv).
@@ -217,16 +217,18 @@ def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
     out["raw_pixels"], out["C_raw_pixels"] = fit_score(raw_train, raw_test)
     layers = [args.layer] if args.layer else list(range(1, model.config.depth + 1))
 
-    def feats(data: Any, index: torch.Tensor, layer: int) -> Any:
+    def feats(data: Any, index: torch.Tensor) -> dict[int, Any]:
+        """Every probed block's features, from one forward pass per chunk of 500 images."""
         ids = data.ids[index, :-1]  # what pre-training read: [start] + the first H*W - 1 pixels
-        return torch.cat(
-            [features(model, ids[i : i + 500], layer) for i in range(0, len(ids), 500)]
-        ).numpy()
+        chunks = [
+            features_by_layer(model, ids[i : i + 500], layers) for i in range(0, len(ids), 500)
+        ]
+        return {k: torch.cat([c[k] for c in chunks]).numpy() for k in layers}
 
-    every_test = torch.arange(len(test))
+    train_feats, test_feats = feats(train, keep), feats(test, torch.arange(len(test)))
     kept: list[tuple[Any, Any]] = []
     for layer in layers:
-        pair = feats(train, keep, layer), feats(test, every_test, layer)
+        pair = train_feats[layer], test_feats[layer]
         out[f"layer_{layer}"], out[f"C_layer_{layer}"] = fit_score(*pair)
         if args.concat:
             kept.append(pair)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tfam
-from tfam.models.igpt import complete, features
+from tfam.models.igpt import complete, features, features_by_layer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -89,6 +89,24 @@ def test_fine_tune_a_classifier_from_the_pretrained_run(pretrained: Path, cli, t
     assert model.config.dim == 32 and model.config.depth == 1  # --init's architecture
     results = json.loads((out / "results.json").read_text())
     assert math.isfinite(results["test"]["loss"])
+
+
+def test_features_by_layer_equal_each_layer_run_alone() -> None:
+    model = tfam.create_model("igpt_digits", dim=16, heads=2, depth=3).eval()
+    ids = tfam.data.load_dataset("digits-pixels", "test").ids[:4, :-1]
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[0, 40:] = False  # a padded row: pooled over its real positions only
+    got = features_by_layer(model, ids, [3, 1, 2], attention_mask=mask)
+    assert list(got) == [1, 2, 3]
+    for layer, value in got.items():
+        want = features(model, ids, layer, attention_mask=mask)
+        torch.testing.assert_close(value, want, rtol=1e-6, atol=1e-6)
+    # The hooks are gone afterwards; a block outside [1, depth] is refused.
+    assert all(not b._forward_hooks for b in model.stack.blocks)
+    with pytest.raises(
+        ValueError, match=r"layers=\[0, 2\] is invalid: expected blocks in \[1, 3\]"
+    ):
+        features_by_layer(model, ids, [0, 2])
 
 
 def test_refit_pretrains_again_on_fit_plus_val(cli, tmp_path) -> None:

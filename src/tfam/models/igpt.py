@@ -30,6 +30,7 @@ held-out images from their top half (:attr:`IGPT.image_tokens`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -44,7 +45,7 @@ from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.gpt import GPT, GPTConfig
 from tfam.models.registry import register_preset
 
-__all__ = ["IGPT", "IGPTConfig", "complete", "features"]
+__all__ = ["IGPT", "IGPTConfig", "complete", "features", "features_by_layer"]
 
 HEADS = ("lm", "sequence", "none")
 
@@ -164,6 +165,14 @@ class IGPT(GPT):
         self.init_weights()
 
     # -- the network -----------------------------------------------------------------------
+    @staticmethod
+    def mean_pool(x: Tensor, mask: Tensor | None) -> Tensor:
+        """x (B, L, D), mask (B, L) True = real or None -> the mean over real positions (B, D)."""
+        if mask is None:
+            return x.mean(dim=1)
+        m = mask.to(x.dtype).unsqueeze(-1)
+        return (x * m).sum(dim=1) / m.sum(dim=1).clamp_min(1)
+
     def pooled_features(
         self,
         input_ids: Tensor,
@@ -178,11 +187,7 @@ class IGPT(GPT):
         self.check_ids(input_ids)
         mask = self._check_mask(attention_mask, input_ids)
         x, weights = self._hidden(input_ids, mask, need_weights=return_attention, layers=layer)
-        if mask is None:
-            pooled = x.mean(dim=1)
-        else:
-            m = mask.to(x.dtype).unsqueeze(-1)
-            pooled = (x * m).sum(dim=1) / m.sum(dim=1).clamp_min(1)
+        pooled = self.mean_pool(x, mask)
         if return_attention:
             return pooled, AttentionWeights("decoder", decoder=weights or [])
         return pooled
@@ -258,6 +263,32 @@ def features(
         out = model.pooled_features(ids, attention_mask, layer)
     assert isinstance(out, Tensor)
     return out
+
+
+def features_by_layer(
+    model: IGPT, ids: Tensor, layers: Sequence[int], attention_mask: Tensor | None = None
+) -> dict[int, Tensor]:
+    """:func:`features` of several blocks from one forward pass: ids (B, L) -> {layer: (B, D)}
+    for each of ``layers`` (1..N). Probing N blocks one by one runs 1 + 2 + ... + N blocks;
+    this runs max(layers). Each block's output is read as it leaves the block (a forward
+    hook, in call order, so a stack that reuses one block still counts calls), then put
+    through the final norm and pooled as :meth:`IGPT.pooled_features` does."""
+    depth = len(model.stack.blocks)
+    wanted = sorted(set(layers))
+    if not wanted or wanted[0] < 1 or wanted[-1] > depth:
+        raise ValueError(f"layers={list(layers)!r} is invalid: expected blocks in [1, {depth}]")
+    outputs: list[Tensor] = []
+    distinct = {id(b): b for b in model.stack.blocks}.values()
+    hooks = [b.register_forward_hook(lambda _m, _i, out: outputs.append(out[0])) for b in distinct]
+    try:
+        with torch.no_grad():
+            model.pooled_features(ids, attention_mask, wanted[-1])
+    finally:
+        for h in hooks:
+            h.remove()
+    mask = model._check_mask(attention_mask, ids)
+    with torch.no_grad():
+        return {k: model.mean_pool(model.norm(outputs[k - 1]), mask) for k in wanted}
 
 
 def complete(
