@@ -7,6 +7,7 @@ complete held-out images from their top half, and probe the features linearly.
     python benchmarks/bench_igpt.py --classifier runs/digits --greedy          # the likeliest pixels
     python benchmarks/bench_igpt.py --classifier runs/digits --set position=learned   # HF's table
     python benchmarks/bench_igpt.py --classifier runs/digits --pad 1 --concat
+    python benchmarks/bench_igpt.py --run runs/digits-pixels --regions 1x1,2x2 --concat --top-half-posterior
     python benchmarks/bench_igpt.py --run runs/digits-pixels --classifier runs/digits   # reuse
     # Fashion-MNIST 14x14, 16 grey levels: completion grid and probe vs raw pixels
     python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30   # 2-D RoPE (recipe)
@@ -41,6 +42,12 @@ What it measures, on the data set's test split:
   (``--probe-c 1``: scikit-learn's default, what the README's earlier rows used). The model
   reads [start] + the first H*W - 1 pixels, as in pre-training. With ``--concat``, one more
   probe reads every probed block's features side by side (4 blocks x D numbers an image).
+  ``--regions 1x1,2x2`` probes each block twice: mean-pooled over every position (1x1, the
+  paper's probe) and pooled over the image's four quadrants apart (2x2: 4 x D numbers; a
+  raw-pixel probe knows where each pixel is, a whole-image mean does not; 2x1: the top and
+  bottom halves). Among the iGPT probes, the one with the best 5-fold cross-validation
+  accuracy on the training features is reported as chosen, so the block and pooling compared
+  with raw pixels are picked without the test split.
 """
 
 from __future__ import annotations
@@ -224,15 +231,22 @@ def top_half_posterior(
     }
 
 
-def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
+def probe(
+    args: argparse.Namespace, model: Any, train: Any, test: Any, grid: tuple[int, int]
+) -> dict:
+    """The linear probes: raw pixels, then each probed block (and with --concat the blocks side
+    by side) for each --regions of the (H, W) ``grid``; -> {"train_images", "test_images", "probes": [record, ...],
+    "chosen": the iGPT record with the best cross-validation accuracy}, a record being
+    {"features", "regions", "layer" (None: concatenated), "test", "C", "cv"}."""
     from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    def fit_score(x_train: Any, x_test: Any) -> tuple[float, float]:
-        """(test accuracy, the inverse regularisation C used): C fixed by --probe-c, or chosen
-        by 5-fold cross-validation on the training features alone (the same for every
-        feature set, raw pixels included)."""
+    def fit_score(x_train: Any, x_test: Any) -> tuple[float, float, float | None]:
+        """(test accuracy, the inverse regularisation C used, the 5-fold cross-validation
+        accuracy on the training features at that C, or None): C fixed by --probe-c, or
+        chosen by that cross-validation (the same for every feature set, raw pixels
+        included)."""
         if args.probe_c == "cv":
             lr: Any = LogisticRegressionCV(
                 Cs=PROBE_CS,
@@ -249,8 +263,23 @@ def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
             # attributes that this probe does not touch (C_ is read the same way in each).
             warnings.simplefilter("ignore", FutureWarning)
             clf.fit(x_train, y_train)
-        c = float(np.ravel(lr.C_)[0]) if args.probe_c == "cv" else float(args.probe_c)
-        return float(clf.score(x_test, y_test)), c
+        if args.probe_c != "cv":
+            return float(clf.score(x_test, y_test)), float(args.probe_c), None
+        # scores_: {class: (folds, Cs)}, the same array for every class of a multinomial fit.
+        folds = np.asarray(next(iter(lr.scores_.values())))
+        cv = float(folds.mean(axis=0).max())
+        return float(clf.score(x_test, y_test)), float(np.ravel(lr.C_)[0]), cv
+
+    def record(name: str, regions: str, layer: int | None, pair: tuple[Any, Any]) -> dict:
+        test_acc, c, cv = fit_score(*pair)
+        return {
+            "features": name,
+            "regions": regions,
+            "layer": layer,
+            "test": test_acc,
+            "C": c,
+            "cv": cv,
+        }
 
     g = torch.Generator().manual_seed(args.seed)
     keep = (
@@ -259,38 +288,39 @@ def probe(args: argparse.Namespace, model: Any, train: Any, test: Any) -> dict:
         else torch.arange(len(train))
     )
     y_train, y_test = train.labels[keep].numpy(), test.labels.numpy()
-    out: dict[str, Any] = {"train_images": len(keep), "test_images": len(test)}
     raw_train = train.palette.colours()[train.ids[keep, 1:]].flatten(1).numpy()
     raw_test = test.palette.colours()[test.ids[:, 1:]].flatten(1).numpy()
-    out["raw_pixels"], out["C_raw_pixels"] = fit_score(raw_train, raw_test)
+    probes = [record("raw pixels", "", None, (raw_train, raw_test))]
     layers = [args.layer] if args.layer else list(range(1, model.config.depth + 1))
 
-    def feats(data: Any, index: torch.Tensor) -> dict[int, Any]:
+    def feats(data: Any, index: torch.Tensor, regions: tuple[int, int]) -> dict[int, Any]:
         """Every probed block's features, from one forward pass per chunk of 500 images."""
         ids = data.ids[index, :-1]  # what pre-training read: [start] + the first H*W - 1 pixels
         chunks = [
-            features_by_layer(model, ids[i : i + 500], layers) for i in range(0, len(ids), 500)
+            features_by_layer(model, ids[i : i + 500], layers, regions=regions, grid=grid)
+            for i in range(0, len(ids), 500)
         ]
         return {k: torch.cat([c[k] for c in chunks]).numpy() for k in layers}
 
-    train_feats, test_feats = feats(train, keep), feats(test, torch.arange(len(test)))
-    kept: list[tuple[Any, Any]] = []
-    for layer in layers:
-        pair = train_feats[layer], test_feats[layer]
-        out[f"layer_{layer}"], out[f"C_layer_{layer}"] = fit_score(*pair)
-        if args.concat:
-            kept.append(pair)
-    if len(kept) > 1:  # one probe on every probed block's features side by side
-        out["blocks_concatenated"], out["C_blocks_concatenated"] = fit_score(
-            np.concatenate([a for a, _ in kept], axis=1),
-            np.concatenate([b for _, b in kept], axis=1),
-        )
+    for regions in args.regions:
+        tag = f"{regions[0]}x{regions[1]}"
+        train_feats = feats(train, keep, regions)
+        test_feats = feats(test, torch.arange(len(test)), regions)
+        pooled = "mean-pooled" if regions == (1, 1) else f"mean-pooled over {tag} regions"
+        for layer in layers:
+            pair = train_feats[layer], test_feats[layer]
+            probes.append(record(f"iGPT block {layer}, {pooled}", tag, layer, pair))
+        if args.concat and len(layers) > 1:  # one probe on every block's features side by side
+            pair = (
+                np.concatenate([train_feats[k] for k in layers], axis=1),
+                np.concatenate([test_feats[k] for k in layers], axis=1),
+            )
+            name = f"iGPT blocks {', '.join(map(str, layers))} concatenated, {pooled}"
+            probes.append(record(name, tag, None, pair))
+    out: dict[str, Any] = {"train_images": len(keep), "test_images": len(test), "probes": probes}
+    if args.probe_c == "cv":  # chosen on the training features alone, then tested once
+        out["chosen"] = max(probes[1:], key=lambda r: r["cv"])
     return out
-
-
-def layers_probed(probe_results: dict) -> list[int]:
-    """The blocks a probe result holds, in order."""
-    return [int(k[6:]) for k in probe_results if k.startswith("layer_")]
 
 
 def main() -> None:
@@ -334,6 +364,13 @@ def main() -> None:
     )
     p.add_argument("--probe-iters", type=int, default=2000)
     p.add_argument(
+        "--regions",
+        default="1x1",
+        help="comma-separated ROWSxCOLUMNS: pool each block's features over each cell of this "
+        "partition of the image apart (1x1: the mean over every position, the paper's probe; "
+        "2x2: the four quadrants side by side); each is probed (default 1x1)",
+    )
+    p.add_argument(
         "--concat",
         action="store_true",
         help="also probe the probed blocks' features concatenated (one probe, all blocks; "
@@ -365,6 +402,15 @@ def main() -> None:
     args = p.parse_args()
     if args.concat and args.layer:
         p.error(f"--concat with --layer {args.layer}: one block has nothing to concatenate")
+    given = args.regions
+    try:
+        args.regions = [tuple(int(v) for v in r.split("x")) for r in given.split(",")]
+    except ValueError:
+        args.regions = []
+    if not args.regions or any(len(r) != 2 or min(r) < 1 for r in args.regions):
+        p.error(
+            f"--regions {given}: expected comma-separated ROWSxCOLUMNS (each >= 1), e.g. 1x1,2x2"
+        )
     if args.greedy:
         args.samples = 1  # greedy completions of one prompt are all the same
     args.out = args.out or f"runs/bench-igpt-{args.data}"
@@ -408,19 +454,22 @@ def main() -> None:
             f"{svm['log_loss']:.3f} nats ({svm['calibration']}): what a completion at "
             "temperature 1 would get right, before the judge, from a model that knew as much"
         )
-    results["probe"] = probe(args, model, train, test)
+    grid = tuple(int(v) for v in load_palette(run)[1]["image_shape"][1:])
+    results["probe"] = probe(args, model, train, test, (grid[0], grid[1]))
     pr = results["probe"]
     print(
-        f"linear probe (logistic regression on {pr['train_images']} train images, test accuracy):"
+        f"linear probe (logistic regression on {pr['train_images']} train images; test "
+        "accuracy, C, 5-fold cross-validation accuracy on the train images):"
     )
-    print(f"  raw pixels: {100 * pr['raw_pixels']:.2f}% (C {pr['C_raw_pixels']:g})")
-    for key, value in pr.items():
-        if key.startswith("layer_"):
-            print(f"  iGPT block {key[6:]} features: {100 * value:.2f}% (C {pr['C_' + key]:g})")
-    if "blocks_concatenated" in pr:
+    for r in pr["probes"]:
+        cv = "" if r["cv"] is None else f", cv {100 * r['cv']:.2f}%"
+        print(f"  {r['features']}: {100 * r['test']:.2f}% (C {r['C']:g}{cv})")
+    if "chosen" in pr:
+        raw, chosen = pr["probes"][0], pr["chosen"]
         print(
-            f"  iGPT blocks {', '.join(map(str, layers_probed(pr)))} concatenated: "
-            f"{100 * pr['blocks_concatenated']:.2f}% (C {pr['C_blocks_concatenated']:g})"
+            f"  chosen by cross-validation among the iGPT probes: {chosen['features']}: "
+            f"{100 * chosen['test']:.2f}% against raw pixels' {100 * raw['test']:.2f}% "
+            f"({round((chosen['test'] - raw['test']) * pr['test_images']):+d} test images)"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

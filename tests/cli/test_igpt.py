@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tfam
-from tfam.models.igpt import complete, features, features_by_layer
+from tfam.models.igpt import complete, features, features_by_layer, region_pool
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -107,6 +107,44 @@ def test_features_by_layer_equal_each_layer_run_alone() -> None:
         ValueError, match=r"layers=\[0, 2\] is invalid: expected blocks in \[1, 3\]"
     ):
         features_by_layer(model, ids, [0, 2])
+
+
+def test_region_pool_means_each_cell_of_the_grid_apart() -> None:
+    x = torch.arange(2 * 6 * 2, dtype=torch.float32).view(2, 6, 2)  # a 2 x 3 grid, D = 2
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 0] = False  # a padded position counts in no cell's mean
+    got = region_pool(x, mask, (2, 3), (1, 2))  # columns [0, 1] and [2] of both rows
+    want_0 = torch.cat([x[0, [0, 1, 3, 4]].mean(0), x[0, [2, 5]].mean(0)])
+    want_1 = torch.cat([x[1, [1, 3, 4]].mean(0), x[1, [2, 5]].mean(0)])
+    torch.testing.assert_close(got, torch.stack([want_0, want_1]))
+    halves = region_pool(x, None, (2, 3), (2, 1))  # the top row, then the bottom row
+    torch.testing.assert_close(halves, torch.cat([x[:, :3].mean(1), x[:, 3:].mean(1)], dim=-1))
+    torch.testing.assert_close(region_pool(x, None, (2, 3), (1, 1)), x.mean(1))
+    for bad in ((0, 1), (3, 1), (1, 4), (2,), (True, 1), 2):
+        with pytest.raises(ValueError, match=r"regions=.* is invalid: expected \(rows, columns\)"):
+            region_pool(x, mask, (2, 3), bad)
+    with pytest.raises(ValueError, match=r"grid=\(3, 3\) is invalid for 6 positions"):
+        region_pool(x, mask, (3, 3), (1, 1))
+
+
+def test_features_by_layer_in_quadrants_average_to_the_whole_image_mean() -> None:
+    # [start] + 63 pixels: 64 positions on the 8 x 8 grid (position i predicts pixel i); four
+    # quadrants of 16 each, so their mean is the mean over the whole sequence.
+    model = tfam.create_model("igpt_digits", dim=16, heads=2, depth=2).eval()
+    ids = tfam.data.load_dataset("digits-pixels", "test").ids[:3, :-1]
+    whole = features_by_layer(model, ids, [1, 2])
+    quads = features_by_layer(model, ids, [1, 2], regions=(2, 2), grid=(8, 8))
+    for layer in (1, 2):
+        assert quads[layer].shape == (3, 64)
+        parts = quads[layer].view(3, 4, 16)
+        torch.testing.assert_close(parts.mean(1), whole[layer], rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(parts[:, 0], parts[:, 3])
+    # Without image_size in the config, the grid must be given.
+    with pytest.raises(ValueError, match=r"regions=\(2, 2\) needs the image's grid"):
+        features_by_layer(model, ids, [1], regions=(2, 2))
+    rope = tfam.create_model("igpt_digits", dim=16, heads=2, depth=1, position="rope", image_size=8)
+    got = features_by_layer(rope.eval(), ids, [1], regions=(2, 1))[1]
+    assert got.shape == (3, 32)
 
 
 def test_refit_pretrains_again_on_fit_plus_val(cli, tmp_path) -> None:

@@ -45,7 +45,7 @@ from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.gpt import GPT, GPTConfig
 from tfam.models.registry import register_preset
 
-__all__ = ["IGPT", "IGPTConfig", "complete", "features", "features_by_layer"]
+__all__ = ["IGPT", "IGPTConfig", "complete", "features", "features_by_layer", "region_pool"]
 
 HEADS = ("lm", "sequence", "none")
 
@@ -265,14 +265,60 @@ def features(
     return out
 
 
+def region_pool(
+    x: Tensor, mask: Tensor | None, grid: tuple[int, int], regions: tuple[int, int]
+) -> Tensor:
+    """x (B, H*W, D): one vector per pixel of an H x W ``grid`` in raster order (position i
+    predicts pixel i), mask (B, H*W) True = real or None -> the mean over real positions in
+    each cell of a ``regions`` = (rows, columns) partition of the grid (near-equal cells),
+    side by side in raster order of the cells (B, rows * columns * D). (1, 1) is
+    :meth:`IGPT.mean_pool`; (2, 2) pools the four quadrants apart, so a linear probe still
+    sees where a stroke is, as one on raw pixels does."""
+    h, w = grid
+    if x.shape[1] != h * w:
+        raise ValueError(
+            f"grid={grid!r} is invalid for {x.shape[1]} positions: expected H * W of them"
+        )
+    if not (
+        isinstance(regions, tuple)
+        and len(regions) == 2
+        and all(isinstance(r, int) and not isinstance(r, bool) for r in regions)
+        and 1 <= regions[0] <= h
+        and 1 <= regions[1] <= w
+    ):
+        raise ValueError(
+            f"regions={regions!r} is invalid: expected (rows, columns) with 1 <= rows <= {h} "
+            f"and 1 <= columns <= {w}"
+        )
+    cells = x.unflatten(1, (h, w))
+    cell_mask = None if mask is None else mask.unflatten(1, (h, w))
+    rows = torch.arange(h, device=x.device).tensor_split(regions[0])
+    cols = torch.arange(w, device=x.device).tensor_split(regions[1])
+    pooled = []
+    for r in rows:
+        for c in cols:
+            part = cells[:, r][:, :, c].flatten(1, 2)
+            part_mask = None if cell_mask is None else cell_mask[:, r][:, :, c].flatten(1, 2)
+            pooled.append(IGPT.mean_pool(part, part_mask))
+    return torch.cat(pooled, dim=-1)
+
+
 def features_by_layer(
-    model: IGPT, ids: Tensor, layers: Sequence[int], attention_mask: Tensor | None = None
+    model: IGPT,
+    ids: Tensor,
+    layers: Sequence[int],
+    attention_mask: Tensor | None = None,
+    regions: tuple[int, int] = (1, 1),
+    grid: tuple[int, int] | None = None,
 ) -> dict[int, Tensor]:
     """:func:`features` of several blocks from one forward pass: ids (B, L) -> {layer: (B, D)}
     for each of ``layers`` (1..N). Probing N blocks one by one runs 1 + 2 + ... + N blocks;
     this runs max(layers). Each block's output is read as it leaves the block (a forward
     hook, in call order, so a stack that reuses one block still counts calls), then put
-    through the final norm and pooled as :meth:`IGPT.pooled_features` does."""
+    through the final norm and pooled as :meth:`IGPT.pooled_features` does; with
+    ``regions`` other than (1, 1), over each cell of the image apart (:func:`region_pool`,
+    (B, rows * columns * D); ``ids`` then holds [start] + the first H*W - 1 pixels of an
+    H x W ``grid``, default the config's ``image_size``)."""
     depth = len(model.stack.blocks)
     wanted = sorted(set(layers))
     if not wanted or wanted[0] < 1 or wanted[-1] > depth:
@@ -288,7 +334,16 @@ def features_by_layer(
             h.remove()
     mask = model._check_mask(attention_mask, ids)
     with torch.no_grad():
-        return {k: model.mean_pool(model.norm(outputs[k - 1]), mask) for k in wanted}
+        if tuple(regions) == (1, 1):
+            return {k: model.mean_pool(model.norm(outputs[k - 1]), mask) for k in wanted}
+        grid = grid or model.config.image_size
+        if grid is None:
+            raise ValueError(
+                f"regions={regions!r} needs the image's grid: pass grid=(H, W) (this config "
+                "has no image_size)"
+            )
+        size = (int(grid[0]), int(grid[1]))
+        return {k: region_pool(model.norm(outputs[k - 1]), mask, size, regions) for k in wanted}
 
 
 def complete(
