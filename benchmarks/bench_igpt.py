@@ -68,6 +68,7 @@ import tfam.cli
 from tfam.data import resolve_data
 from tfam.data.vision.palette import load_palette
 from tfam.models.igpt import complete, features_by_layer
+from tfam.studies.stats import mcnemar
 from tfam.viz import completion_grid
 
 # The probes' inverse regularisation strengths tried by cross-validation (--probe-c cv).
@@ -242,6 +243,8 @@ def probe(
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    correct: list[np.ndarray] = []  # per probe, in order: each test image right or not
+
     def fit_score(x_train: Any, x_test: Any) -> tuple[float, float, float | None]:
         """(test accuracy, the inverse regularisation C used, the 5-fold cross-validation
         accuracy on the training features at that C, or None): C fixed by --probe-c, or
@@ -263,6 +266,7 @@ def probe(
             # attributes that this probe does not touch (C_ is read the same way in each).
             warnings.simplefilter("ignore", FutureWarning)
             clf.fit(x_train, y_train)
+        correct.append(clf.predict(x_test) == y_test)
         if args.probe_c != "cv":
             return float(clf.score(x_test, y_test)), float(args.probe_c), None
         # scores_: {class: (folds, Cs)}, the same array for every class of a multinomial fit.
@@ -319,7 +323,16 @@ def probe(
             probes.append(record(name, tag, None, pair))
     out: dict[str, Any] = {"train_images": len(keep), "test_images": len(test), "probes": probes}
     if args.probe_c == "cv":  # chosen on the training features alone, then tested once
-        out["chosen"] = max(probes[1:], key=lambda r: r["cv"])
+        best = max(range(1, len(probes)), key=lambda i: probes[i]["cv"])
+        out["chosen"] = probes[best]
+        # Image by image against raw pixels: McNemar's exact test on the test split.
+        paired = mcnemar(correct[best].tolist(), correct[0].tolist())
+        out["chosen_vs_raw_pixels"] = {
+            "chosen_only": paired.a_only,
+            "raw_pixels_only": paired.b_only,
+            "p": paired.p,
+            "describe": paired.describe("the chosen iGPT probe", "raw pixels"),
+        }
     return out
 
 
@@ -469,7 +482,8 @@ def main() -> None:
         print(
             f"  chosen by cross-validation among the iGPT probes: {chosen['features']}: "
             f"{100 * chosen['test']:.2f}% against raw pixels' {100 * raw['test']:.2f}% "
-            f"({round((chosen['test'] - raw['test']) * pr['test_images']):+d} test images)"
+            f"({round((chosen['test'] - raw['test']) * pr['test_images']):+d} test images; "
+            f"{pr['chosen_vs_raw_pixels']['describe']})"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
