@@ -7,7 +7,7 @@ complete held-out images from their top half, and probe the features linearly.
     python benchmarks/bench_igpt.py --classifier runs/digits --greedy          # the likeliest pixels
     python benchmarks/bench_igpt.py --classifier runs/digits --set position=learned   # HF's table
     python benchmarks/bench_igpt.py --classifier runs/digits --pad 1 --concat
-    python benchmarks/bench_igpt.py --run runs/digits-pixels --regions 1x1,2x2 --concat --top-half-posterior
+    python benchmarks/bench_igpt.py --run runs/digits-pixels --concat --top-half-posterior
     python benchmarks/bench_igpt.py --run runs/digits-pixels --classifier runs/digits   # reuse
     # Fashion-MNIST 14x14, 16 grey levels: completion grid and probe vs raw pixels
     python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30   # 2-D RoPE (recipe)
@@ -42,10 +42,10 @@ What it measures, on the data set's test split:
   (``--probe-c 1``: scikit-learn's default, what the README's earlier rows used). The model
   reads [start] + the first H*W - 1 pixels, as in pre-training. With ``--concat``, one more
   probe reads every probed block's features side by side (4 blocks x D numbers an image).
-  ``--regions 1x1,2x2`` probes each block twice: mean-pooled over every position (1x1, the
-  paper's probe) and pooled over the image's four quadrants apart (2x2: 4 x D numbers; a
-  raw-pixel probe knows where each pixel is, a whole-image mean does not; 2x1: the top and
-  bottom halves). Among the iGPT probes, the one with the best 5-fold cross-validation
+  ``--regions 1x1,2x2`` (the default) probes each block twice: mean-pooled over every
+  position (1x1, the paper's probe) and pooled over the image's four quadrants apart (2x2:
+  4 x D numbers; a raw-pixel probe knows where each pixel is, a whole-image mean does not;
+  2x1: the top and bottom halves). Among the iGPT probes, the one with the best 5-fold cross-validation
   accuracy on the training features is reported as chosen, so the block and pooling compared
   with raw pixels are picked without the test split.
 """
@@ -236,8 +236,9 @@ def probe(
     args: argparse.Namespace, model: Any, train: Any, test: Any, grid: tuple[int, int]
 ) -> dict:
     """The linear probes: raw pixels, then each probed block (and with --concat the blocks side
-    by side) for each --regions of the (H, W) ``grid``; -> {"train_images", "test_images", "probes": [record, ...],
-    "chosen": the iGPT record with the best cross-validation accuracy}, a record being
+    by side) for each --regions of the (H, W) ``grid``; -> {"train_images", "test_images",
+    "probes": [record, ...], "chosen": the iGPT record with the best cross-validation
+    accuracy, "chosen_vs_raw_pixels": McNemar's test}, a record being
     {"features", "regions", "layer" (None: concatenated), "test", "C", "cv"}."""
     from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
     from sklearn.pipeline import make_pipeline
@@ -378,10 +379,10 @@ def main() -> None:
     p.add_argument("--probe-iters", type=int, default=2000)
     p.add_argument(
         "--regions",
-        default="1x1",
+        default="1x1,2x2",
         help="comma-separated ROWSxCOLUMNS: pool each block's features over each cell of this "
         "partition of the image apart (1x1: the mean over every position, the paper's probe; "
-        "2x2: the four quadrants side by side); each is probed (default 1x1)",
+        "2x2: the four quadrants side by side); each is probed (default 1x1,2x2)",
     )
     p.add_argument(
         "--concat",
