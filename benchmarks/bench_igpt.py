@@ -67,7 +67,7 @@ import tfam
 import tfam.cli
 from tfam.data import resolve_data
 from tfam.data.vision.palette import load_palette
-from tfam.models.igpt import complete, features_by_layer
+from tfam.models.igpt import complete, hidden_by_layer, region_pool
 from tfam.studies.stats import mcnemar
 from tfam.viz import completion_grid
 
@@ -298,19 +298,24 @@ def probe(
     probes = [record("raw pixels", "", None, (raw_train, raw_test))]
     layers = [args.layer] if args.layer else list(range(1, model.config.depth + 1))
 
-    def feats(data: Any, index: torch.Tensor, regions: tuple[int, int]) -> dict[int, Any]:
-        """Every probed block's features, from one forward pass per chunk of 500 images."""
+    def feats(data: Any, index: torch.Tensor) -> dict[tuple[int, int], dict[int, Any]]:
+        """{regions: {block: features}} for every --regions and probed block, from one forward
+        pass per chunk of 500 images."""
         ids = data.ids[index, :-1]  # what pre-training read: [start] + the first H*W - 1 pixels
-        chunks = [
-            features_by_layer(model, ids[i : i + 500], layers, regions=regions, grid=grid)
-            for i in range(0, len(ids), 500)
-        ]
-        return {k: torch.cat([c[k] for c in chunks]).numpy() for k in layers}
+        chunks: dict[tuple[int, int], dict[int, list[torch.Tensor]]] = {
+            r: {k: [] for k in layers} for r in args.regions
+        }
+        for i in range(0, len(ids), 500):
+            hidden = hidden_by_layer(model, ids[i : i + 500], layers)
+            for r in args.regions:
+                for k, x in hidden.items():
+                    chunks[r][k].append(region_pool(x, None, grid, r))
+        return {r: {k: torch.cat(v).numpy() for k, v in c.items()} for r, c in chunks.items()}
 
+    train_all, test_all = feats(train, keep), feats(test, torch.arange(len(test)))
     for regions in args.regions:
         tag = f"{regions[0]}x{regions[1]}"
-        train_feats = feats(train, keep, regions)
-        test_feats = feats(test, torch.arange(len(test)), regions)
+        train_feats, test_feats = train_all[regions], test_all[regions]
         pooled = "mean-pooled" if regions == (1, 1) else f"mean-pooled over {tag} regions"
         for layer in layers:
             pair = train_feats[layer], test_feats[layer]
@@ -418,7 +423,9 @@ def main() -> None:
         p.error(f"--concat with --layer {args.layer}: one block has nothing to concatenate")
     given = args.regions
     try:
-        args.regions = [tuple(int(v) for v in r.split("x")) for r in given.split(",")]
+        args.regions = list(
+            dict.fromkeys(tuple(int(v) for v in r.split("x")) for r in given.split(","))
+        )
     except ValueError:
         args.regions = []
     if not args.regions or any(len(r) != 2 or min(r) < 1 for r in args.regions):

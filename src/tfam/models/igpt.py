@@ -45,7 +45,15 @@ from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.gpt import GPT, GPTConfig
 from tfam.models.registry import register_preset
 
-__all__ = ["IGPT", "IGPTConfig", "complete", "features", "features_by_layer", "region_pool"]
+__all__ = [
+    "IGPT",
+    "IGPTConfig",
+    "complete",
+    "features",
+    "features_by_layer",
+    "hidden_by_layer",
+    "region_pool",
+]
 
 HEADS = ("lm", "sequence", "none")
 
@@ -303,22 +311,14 @@ def region_pool(
     return torch.cat(pooled, dim=-1)
 
 
-def features_by_layer(
-    model: IGPT,
-    ids: Tensor,
-    layers: Sequence[int],
-    attention_mask: Tensor | None = None,
-    regions: tuple[int, int] = (1, 1),
-    grid: tuple[int, int] | None = None,
+def hidden_by_layer(
+    model: IGPT, ids: Tensor, layers: Sequence[int], attention_mask: Tensor | None = None
 ) -> dict[int, Tensor]:
-    """:func:`features` of several blocks from one forward pass: ids (B, L) -> {layer: (B, D)}
-    for each of ``layers`` (1..N). Probing N blocks one by one runs 1 + 2 + ... + N blocks;
-    this runs max(layers). Each block's output is read as it leaves the block (a forward
-    hook, in call order, so a stack that reuses one block still counts calls), then put
-    through the final norm and pooled as :meth:`IGPT.pooled_features` does; with
-    ``regions`` other than (1, 1), over each cell of the image apart (:func:`region_pool`,
-    (B, rows * columns * D); ``ids`` then holds [start] + the first H*W - 1 pixels of an
-    H x W ``grid``, default the config's ``image_size``)."""
+    """The final-normed output of several blocks from one forward pass, at every position:
+    ids (B, L) -> {layer: (B, L, D)} for each of ``layers`` (1..N), without gradients.
+    Reading N blocks one by one runs 1 + 2 + ... + N blocks; this runs max(layers). Each
+    block's output is read as it leaves the block (a forward hook, in call order, so a stack
+    that reuses one block still counts calls)."""
     depth = len(model.stack.blocks)
     wanted = sorted(set(layers))
     if not wanted or wanted[0] < 1 or wanted[-1] > depth:
@@ -329,21 +329,38 @@ def features_by_layer(
     try:
         with torch.no_grad():
             model.pooled_features(ids, attention_mask, wanted[-1])
+            return {k: model.norm(outputs[k - 1]) for k in wanted}
     finally:
         for h in hooks:
             h.remove()
+
+
+def features_by_layer(
+    model: IGPT,
+    ids: Tensor,
+    layers: Sequence[int],
+    attention_mask: Tensor | None = None,
+    regions: tuple[int, int] = (1, 1),
+    grid: tuple[int, int] | None = None,
+) -> dict[int, Tensor]:
+    """:func:`features` of several blocks from one forward pass (:func:`hidden_by_layer`):
+    ids (B, L) -> {layer: (B, D)} for each of ``layers`` (1..N), pooled as
+    :meth:`IGPT.pooled_features` does; with ``regions`` other than (1, 1), over each cell of
+    the image apart (:func:`region_pool`, (B, rows * columns * D); ``ids`` then holds
+    [start] + the first H*W - 1 pixels of an H x W ``grid``, default the config's
+    ``image_size``)."""
+    hidden = hidden_by_layer(model, ids, layers, attention_mask)
     mask = model._check_mask(attention_mask, ids)
-    with torch.no_grad():
-        if tuple(regions) == (1, 1):
-            return {k: model.mean_pool(model.norm(outputs[k - 1]), mask) for k in wanted}
-        grid = grid or model.config.image_size
-        if grid is None:
-            raise ValueError(
-                f"regions={regions!r} needs the image's grid: pass grid=(H, W) (this config "
-                "has no image_size)"
-            )
-        size = (int(grid[0]), int(grid[1]))
-        return {k: region_pool(model.norm(outputs[k - 1]), mask, size, regions) for k in wanted}
+    if tuple(regions) == (1, 1):
+        return {k: model.mean_pool(x, mask) for k, x in hidden.items()}
+    grid = grid or model.config.image_size
+    if grid is None:
+        raise ValueError(
+            f"regions={regions!r} needs the image's grid: pass grid=(H, W) (this config "
+            "has no image_size)"
+        )
+    size = (int(grid[0]), int(grid[1]))
+    return {k: region_pool(x, mask, size, regions) for k, x in hidden.items()}
 
 
 def complete(
