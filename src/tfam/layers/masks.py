@@ -33,6 +33,15 @@ def padding_mask(attention_mask: Tensor) -> Tensor:
     return attention_mask.bool()[:, None, None, :]
 
 
+def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
+    """The mean over each row's real positions: x (B, L, D), mask (B, L) True/1 = real or None
+    (all real) -> (B, D). A row without a real position gives zeros, not NaN."""
+    if mask is None:
+        return x.mean(dim=1)
+    weights = mask.to(x.dtype).unsqueeze(-1)
+    return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
 def pad_token_mask(ids: Tensor, pad_token_id: int | None) -> Tensor | None:
     """(B, L) token ids -> (B, 1, 1, L) key mask hiding ``pad_token_id``; None if no padding."""
     if pad_token_id is None:
@@ -344,6 +353,7 @@ __all__ = [
     "causal_mask",
     "combine",
     "graph_mask",
+    "masked_mean",
     "pad_token_mask",
     "padding_mask",
     "window_mask",

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from tfam.config import BaseConfig, check_bool, check_choice, check_positive_int, config_error
 from tfam.layers import TransformerStack, make_norm, padding_mask
+from tfam.layers.masks import masked_mean
 from tfam.layers.position import TokenPositions, build_position
 from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.registry import register_preset
@@ -280,9 +281,7 @@ class Bert(TfamModel):
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """The mean of each row's real tokens (sentence-transformers' mean pooling).
     hidden (B, L, D), attention_mask (B, L) True/1 = real -> (B, D)."""
-    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    # clamp: a row without a real token gives zeros, not NaN (sentence-transformers clamps too)
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    return masked_mean(hidden, attention_mask)  # an all-padding row gives zeros, not NaN
 
 
 def _bert(name: str, description: str, **values: Any) -> None:

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from tfam.config import as_pair, check_choice, check_positive_int, config_error
 from tfam.generation import DecodingState
 from tfam.layers import TransformerStack, make_norm
+from tfam.layers.masks import masked_mean
 from tfam.layers.position import TokenPositions, build_position
 from tfam.models.base import AttentionWeights, TfamModel
 from tfam.models.gpt import GPT, GPTConfig
@@ -176,10 +177,7 @@ class IGPT(GPT):
     @staticmethod
     def mean_pool(x: Tensor, mask: Tensor | None) -> Tensor:
         """x (B, L, D), mask (B, L) True = real or None -> the mean over real positions (B, D)."""
-        if mask is None:
-            return x.mean(dim=1)
-        m = mask.to(x.dtype).unsqueeze(-1)
-        return (x * m).sum(dim=1) / m.sum(dim=1).clamp_min(1)
+        return masked_mean(x, mask)
 
     def pooled_features(
         self,
