@@ -69,7 +69,8 @@ def plot_complexity(
         ax.set_xticks(lengths, [str(n) for n in lengths], rotation=45 if len(lengths) > 6 else 0)
         ax.minorticks_off()
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        if ax.get_legend_handles_labels()[0]:  # nothing measured: no empty legend
+            ax.legend(fontsize=8, loc="lower right")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
