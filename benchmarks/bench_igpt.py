@@ -45,9 +45,10 @@ What it measures, on the data set's test split:
   ``--regions 1x1,2x2`` (the default) probes each block twice: mean-pooled over every
   position (1x1, the paper's probe) and pooled over the image's four quadrants apart (2x2:
   4 x D numbers; a raw-pixel probe knows where each pixel is, a whole-image mean does not;
-  2x1: the top and bottom halves). Among the iGPT probes, the one with the best 5-fold cross-validation
-  accuracy on the training features is reported as chosen, so the block and pooling compared
-  with raw pixels are picked without the test split.
+  2x1: the top and bottom halves). Among the iGPT probes, the one with the best 5-fold
+  cross-validation accuracy on the training features is reported as chosen, so the block and
+  pooling compared with raw pixels are picked without the test split; McNemar's exact test
+  then compares it with raw pixels image by image.
 """
 
 from __future__ import annotations
