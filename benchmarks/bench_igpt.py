@@ -269,12 +269,13 @@ def probe(
             warnings.simplefilter("ignore", FutureWarning)
             clf.fit(x_train, y_train)
         correct.append(clf.predict(x_test) == y_test)
+        accuracy = float(correct[-1].mean())
         if args.probe_c != "cv":
-            return float(clf.score(x_test, y_test)), float(args.probe_c), None
+            return accuracy, float(args.probe_c), None
         # scores_: {class: (folds, Cs)}, the same array for every class of a multinomial fit.
         folds = np.asarray(next(iter(lr.scores_.values())))
         cv = float(folds.mean(axis=0).max())
-        return float(clf.score(x_test, y_test)), float(np.ravel(lr.C_)[0]), cv
+        return accuracy, float(np.ravel(lr.C_)[0]), cv
 
     def record(name: str, regions: str, layer: int | None, pair: tuple[Any, Any]) -> dict:
         test_acc, c, cv = fit_score(*pair)
@@ -476,8 +477,8 @@ def main() -> None:
             f"{svm['log_loss']:.3f} nats ({svm['calibration']}): what a completion at "
             "temperature 1 would get right, before the judge, from a model that knew as much"
         )
-    grid = tuple(int(v) for v in load_palette(run)[1]["image_shape"][1:])
-    results["probe"] = probe(args, model, train, test, (grid[0], grid[1]))
+    _, h, w = (int(v) for v in load_palette(run)[1]["image_shape"])
+    results["probe"] = probe(args, model, train, test, (h, w))
     pr = results["probe"]
     print(
         f"linear probe (logistic regression on {pr['train_images']} train images; test "

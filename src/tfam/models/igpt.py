@@ -324,9 +324,11 @@ def hidden_by_layer(
     outputs: list[Tensor] = []
     distinct = {id(b): b for b in model.stack.blocks}.values()
     hooks = [b.register_forward_hook(lambda _m, _i, out: outputs.append(out[0])) for b in distinct]
+    model.check_ids(ids)
+    mask = model._check_mask(attention_mask, ids)
     try:
         with torch.no_grad():
-            model.pooled_features(ids, attention_mask, wanted[-1])
+            model._hidden(ids, mask, layers=wanted[-1])  # the blocks only: nothing pooled
             return {k: model.norm(outputs[k - 1]) for k in wanted}
     finally:
         for h in hooks:
