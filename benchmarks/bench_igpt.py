@@ -9,6 +9,7 @@ complete held-out images from their top half, and probe the features linearly.
     python benchmarks/bench_igpt.py --classifier runs/digits --pad 1 --concat
     python benchmarks/bench_igpt.py --run runs/digits-pixels --concat --top-half-posterior
     python benchmarks/bench_igpt.py --run runs/digits-pixels --classifier runs/digits   # reuse
+    python benchmarks/bench_igpt.py --run runs/digits-pixels --classifier runs/digits --mbr 64
     # Fashion-MNIST 14x14, 16 grey levels: completion grid and probe vs raw pixels
     python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30   # 2-D RoPE (recipe)
     python benchmarks/bench_igpt.py --data fashion-mnist --max-minutes 30 --set position=learned
@@ -32,8 +33,11 @@ What it measures, on the data set's test split:
   completion sampled at temperature 1 shows the true digit as often as the model's belief in
   it, so a model as well informed as that classifier would complete about that mean
   probability correctly, before the judge's own errors. ``--greedy`` takes the most likely
-  pixel at each step instead of sampling. The grid of the first 8 goes to
-  ``OUT/completions.png``;
+  pixel at each step instead of sampling. ``--mbr N`` (minimum Bayes risk decoding) draws N
+  completions an image and also scores, for k = 1, 4, 8, ..., N, the one of the first k whose
+  summed L1 distance to the other k - 1 is least: the model's most typical completion, where
+  one draw is a rarer reading as often as the model gives it weight. The grid of the first 8
+  goes to ``OUT/completions.png`` (and the least-risk picks to ``OUT/completions-mbr.png``);
 - **linear probe**: logistic regression (scikit-learn, standardised features) on the mean-pooled,
   final-normed features of block ``--layer`` (default: every block) of the train split, scored on
   the test split, next to the same logistic regression on the raw pixels (the palette's values),
@@ -68,7 +72,7 @@ import tfam
 import tfam.cli
 from tfam.data import resolve_data
 from tfam.data.vision.palette import load_palette
-from tfam.models.igpt import complete, hidden_by_layer, region_pool
+from tfam.models.igpt import complete, hidden_by_layer, mbr_select, region_pool
 from tfam.studies.stats import mcnemar
 from tfam.viz import completion_grid
 
@@ -125,11 +129,12 @@ def completion_check(
     ids = test.ids[:n]
     g = torch.Generator().manual_seed(args.seed)
     start = time.perf_counter()
+    chunk = max(1, 4096 // args.samples)  # prompts a batch: <= 4096 sequences decoded at once
     pixels = torch.cat(
         [
             complete(
                 model,
-                ids[i : i + 64, : 1 + rows * w],
+                ids[i : i + chunk, : 1 + rows * w],
                 h * w,
                 samples=args.samples,
                 generator=g,
@@ -137,7 +142,7 @@ def completion_check(
                 top_p=args.top_p,
                 greedy=args.greedy,
             )
-            for i in range(0, n, 64)
+            for i in range(0, n, chunk)
         ]
     )
     seconds = time.perf_counter() - start
@@ -174,6 +179,26 @@ def completion_check(
             n, args.samples
         )
         result["completions_classified_as_original"] = float((got == y[:, None]).double().mean())
+        if args.mbr:
+            # Minimum Bayes risk over the first k draws of each image, k = 1 (the first draw
+            # itself), 4, 8, ..., N (with two, each is as near the other: the first is kept).
+            values = palette.colours()[pixels[:, :, rows * w :]].flatten(2)
+            sizes = sorted({1, args.mbr} | {2**e for e in range(2, args.mbr.bit_length())})
+            result["mbr"] = {}
+            for k in sizes:
+                pick = mbr_select(values[:, :k])
+                result["mbr"][k] = float((got[torch.arange(n), pick] == y).double().mean())
+            picks = completions[torch.arange(n), mbr_select(values)]
+            result["mbr_grid"] = str(run / "completions-mbr.png")
+            completion_grid(  # three plain draws beside the pick among all N
+                originals[:8],
+                torch.cat([completions[:8, :3], picks[:8, None]], dim=1),
+                rows,
+                run / "completions-mbr.png",
+                scale=palette.scale,
+                labels=labels,
+                names=["draw 1", "draw 2", "draw 3", f"least risk of {args.mbr}"],
+            )
         # The reference: the bottom half of the training image whose top half is nearest.
         values = palette.colours()
         top = rows * w
@@ -379,6 +404,15 @@ def main() -> None:
     )
     p.add_argument("--images", type=int, default=360, help="test images to complete (default 360)")
     p.add_argument("--samples", type=int, default=4, help="completions per image (default 4)")
+    p.add_argument(
+        "--mbr",
+        type=int,
+        default=None,
+        metavar="N",
+        help="minimum Bayes risk decoding: draw N completions an image (in place of --samples) "
+        "and also score, for k = 1, 4, 8, ..., N, the one of the first k nearest on average to the "
+        "others (L1 over the pixels' values); needs --classifier",
+    )
     p.add_argument("--layer", type=int, default=None, help="probe this block only (default: each)")
     p.add_argument(
         "--probe-train", type=int, default=None, help="train images for the probe (default: all)"
@@ -436,6 +470,13 @@ def main() -> None:
         )
     if args.greedy:
         args.samples = 1  # greedy completions of one prompt are all the same
+    if args.mbr is not None:
+        if args.mbr < 2 or args.greedy or not args.classifier:
+            p.error(
+                f"--mbr {args.mbr}: expected an int >= 2 with --classifier, without --greedy "
+                "(it picks among sampled completions, judged by the classifier)"
+            )
+        args.samples = args.mbr
     args.out = args.out or f"runs/bench-igpt-{args.data}"
     torch.set_num_threads(1)
 
@@ -467,6 +508,13 @@ def main() -> None:
             f"{100 * comp['classifier_on_prompts']:.1f}%, the nearest of "
             f"{comp['nearest_neighbour_images']} training top halves' bottom half pasted "
             f"{100 * comp['nearest_neighbour_classified_as_original']:.1f}%)"
+        )
+    if "mbr" in comp:
+        print(
+            "  minimum Bayes risk (the one of the first k draws nearest on average to the "
+            "others): "
+            + ", ".join(f"k={k} {100 * a:.1f}%" for k, a in comp["mbr"].items())
+            + f"; grid {comp['mbr_grid']}"
         )
     if "top_half_svm" in comp:
         svm = comp["top_half_svm"]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tfam
-from tfam.models.igpt import complete, features, features_by_layer, region_pool
+from tfam.models.igpt import complete, features, features_by_layer, mbr_select, region_pool
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -60,6 +60,73 @@ def test_completion_keeps_the_prompt_and_is_seeded(pretrained: Path) -> None:
     b = complete(model, prompt, 64, samples=2, generator=torch.Generator().manual_seed(1))
     assert a.shape == (2, 2, 64) and torch.equal(a, b)
     assert torch.equal(a[:, 0, :32], ids[:, 1:33]) and int(a.max()) < 17
+
+
+def test_mbr_select_keeps_the_candidate_nearest_the_others() -> None:
+    # Row 0: three near 0 and an outlier; the medoid of the L1 distances is the 0.1 one
+    # (sums 0.1+0.1+9.9 = 10.1 against 0.2+0.2+9.8 for either neighbour).
+    row0 = torch.tensor([[0.0, 0.0], [0.1, 0.0], [0.2, 0.0], [10.0, 0.0]])
+    # Row 1: two equal candidates share the least risk (10); the first is kept.
+    row1 = torch.tensor([[0.0, 0.0], [3.0, 3.0], [0.0, 0.0], [4.0, 0.0]])
+    got = mbr_select(torch.stack([row0, row1]))
+    assert got.tolist() == [1, 0]
+    # Brute force over both rows and both norms: argmin_i sum_j ||x_i - x_j||_p.
+    x = torch.randn(3, 7, 2, 5, generator=torch.Generator().manual_seed(0))
+    for p in (1.0, 2.0):
+        flat = x.flatten(2).double()
+        risk = [
+            [sum(float((a - b).abs().pow(p).sum() ** (1 / p)) for b in r) for a in r] for r in flat
+        ]
+        assert mbr_select(x, p=p).tolist() == [min(range(7), key=r.__getitem__) for r in risk]
+    with pytest.raises(ValueError, match=r"candidates have shape \(3,\); expected \(B, N, ...\)"):
+        mbr_select(torch.zeros(3))
+
+
+def test_mbr_completion_is_one_of_its_candidates(pretrained: Path) -> None:
+    model = tfam.from_pretrained(pretrained)
+    ids = tfam.data.load_dataset("digits-pixels", "test").ids[:2]
+    prompt = ids[:, :33]
+    colours = torch.linspace(0, 16, 17, dtype=torch.float64).unsqueeze(1)
+    got = complete(
+        model, prompt, 64, mbr=5, colours=colours, generator=torch.Generator().manual_seed(3)
+    )
+    # The same generator state draws the same five candidates; the pick is one of them.
+    draws = complete(model, prompt, 64, samples=5, generator=torch.Generator().manual_seed(3))
+    assert got.shape == (2, 1, 64)
+    for i in range(2):
+        want = draws[i, mbr_select(colours[draws[i : i + 1]].flatten(2))[0]]
+        assert torch.equal(got[i, 0], want)
+    assert torch.equal(got[:, 0, :32], ids[:, 1:33])
+    with pytest.raises(ValueError, match="mbr=0 is invalid: expected an int >= 1"):
+        complete(model, prompt, 64, mbr=0)
+    with pytest.raises(ValueError, match="greedy candidates are all the same"):
+        complete(model, prompt, 64, mbr=4, greedy=True)
+
+
+def test_generate_mbr_option(pretrained: Path, cli, tmp_path) -> None:
+    out = tmp_path / "grid.png"
+    code, stdout, _ = cli(
+        [
+            "generate",
+            pretrained,
+            "--images",
+            "2",
+            "--samples",
+            "1",
+            "--mbr",
+            "4",
+            "--seed",
+            "0",
+            "--out",
+            out,
+        ]
+    )
+    assert code == 0 and out.stat().st_size > 0
+    assert "1 sample each (each the least-risk of 4 candidates)" in stdout
+    code, _, err = cli(["generate", pretrained, "--mbr", "0"])
+    assert code == 2 and "--mbr 0 is invalid: expected an int >= 1" in err
+    code, _, err = cli(["generate", pretrained, "--mbr", "4", "--greedy"])
+    assert code == 2 and "--mbr 4 is invalid with --greedy" in err
 
 
 def test_features_of_a_middle_layer(pretrained: Path) -> None:

@@ -168,6 +168,7 @@ def test_generate_past_the_context_slides(cli, gpt_dir: Path) -> None:
         (["--prompt", "And", "--temperature", "0"], "--temperature 0 is invalid"),
         (["--prompt", "And", "--top-k", "0"], "--top-k 0 is invalid"),
         (["--prompt", "And", "--greedy", "--top-k", "3"], "--top-k is invalid with --greedy"),
+        (["--prompt", "And", "--mbr", "8"], "--mbr 8 is invalid for a text run"),
         (["--prompt", "And Göd"], "'ö' (U+00F6)"),
         (["--prompt", ""], "no start token (bos_token_id=None)"),
         (["--ids", "5,6,999"], "id 999 is outside the model's vocabulary"),

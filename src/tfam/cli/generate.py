@@ -27,6 +27,8 @@ EPILOG = """examples:
   tfam generate hf/gpt2-tfam --ids 464,3290,531 --greedy     a converted model without a tokenizer
   tfam generate runs/digits-pixels --images 8 --samples 4 --seed 0 --out grid.png
                                         an iGPT run: complete test images from their top half
+  tfam generate runs/digits-pixels --images 8 --samples 1 --mbr 64 --seed 0
+                                        each completion the most typical of 64 draws
 
 DIR is a GPT run directory of `tfam train gpt` (config.json, model.safetensors and the
 tokenizer.json that training saved beside them) or a GPT converted from Hugging Face with
@@ -46,6 +48,8 @@ images of its dataset's --split (default: test) are cut after their top --rows r
 half), and --samples completions of each are sampled (--temperature, --top-k, --top-p, --seed,
 --greedy apply); the grid of originals, prompts and completions goes to --out (default:
 DIR/completions.png), and the share of completed pixels equal to the original's is printed.
+--mbr N (minimum Bayes risk) draws N candidates for each completion and keeps the one nearest
+on average to the others: the model's most typical reading of the prompt, not a rarer one.
 """
 
 HELP = "continue a prompt with a GPT run (sampling, greedy, top-k, top-p)"
@@ -133,6 +137,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the dataset split (default: test; val for an image folder without a test/)",
     )
     g.add_argument(
+        "--mbr",
+        type=int,
+        default=None,
+        metavar="N",
+        help="minimum Bayes risk: each completion is the one of N sampled candidates nearest "
+        "(L1 over the pixels' colours) on average to the others, the model's most typical "
+        "completion (default: off, one draw)",
+    )
+    g.add_argument(
         "--out", default=None, metavar="PNG", help="the grid (default: DIR/completions.png)"
     )
     add_device_option(p)
@@ -153,6 +166,11 @@ def check_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} is invalid: expected an int >= 1")
     if args.num_samples < 1:
         raise ValueError(f"--num-samples {args.num_samples} is invalid: expected an int >= 1")
+    if getattr(args, "mbr", None) is not None:
+        raise ValueError(
+            f"--mbr {args.mbr} is invalid for a text run: it picks among sampled image "
+            "completions (an iGPT run)"
+        )
     if args.greedy:
         given = [
             opt
@@ -394,9 +412,15 @@ def check_image_options(args: argparse.Namespace) -> None:
         )
     if args.num_samples is None:
         args.num_samples = 1 if args.greedy else 4
-    check_options(argparse.Namespace(**{**vars(args), "prompt": "", "stop": None}))
+    check_options(argparse.Namespace(**{**vars(args), "prompt": "", "stop": None, "mbr": None}))
     if args.images < 1:
         raise ValueError(f"--images {args.images} is invalid: expected an int >= 1")
+    if args.mbr is not None and args.mbr < 1:
+        raise ValueError(f"--mbr {args.mbr} is invalid: expected an int >= 1 (candidates)")
+    if args.mbr is not None and args.greedy:
+        raise ValueError(
+            f"--mbr {args.mbr} is invalid with --greedy: greedy candidates are all the same"
+        )
 
 
 def run_images(args: argparse.Namespace) -> int:
@@ -455,6 +479,8 @@ def run_images(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         generator=generator,
         greedy=args.greedy,
+        mbr=args.mbr or 1,
+        colours=palette.colours(),
     ).cpu()
     shape = (c, h, w)
     originals = palette.decode(ids[:, 1:].cpu(), shape)
@@ -476,7 +502,9 @@ def run_images(args: argparse.Namespace) -> int:
     same = float((rest == truth).double().mean())
     print(
         f"completed {n} {args.split} images of {data_name} from their top {rows} of {h} rows, "
-        f"{args.num_samples} sample{'s' if args.num_samples != 1 else ''} each -> {out}"
+        f"{args.num_samples} sample{'s' if args.num_samples != 1 else ''} each"
+        + (f" (each the least-risk of {args.mbr} candidates)" if args.mbr else "")
+        + f" -> {out}"
     )
     print(f"completed pixels equal to the original's: {100 * same:.1f}%")
     sys.stdout.flush()

@@ -53,6 +53,7 @@ __all__ = [
     "features",
     "features_by_layer",
     "hidden_by_layer",
+    "mbr_select",
     "region_pool",
 ]
 
@@ -374,11 +375,39 @@ def complete(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     greedy: bool = False,
+    mbr: int = 1,
+    colours: Tensor | None = None,
 ) -> Tensor:
     """Complete images: ``prompt`` (B, P) palette ids ([start] + the first pixels in raster
     order) -> (B, samples, length) pixel ids: the prompt's pixels and the sampled rest, each
     image's ``samples`` completions drawn independently (KV cache; at most ``length`` pixels,
-    so ``max_positions >= length`` reads every pixel)."""
+    so ``max_positions >= length`` reads every pixel).
+
+    ``mbr > 1``: minimum Bayes risk decoding. Each of the ``samples`` completions is the one of
+    ``mbr`` sampled candidates nearest on average to the others (:func:`mbr_select`, L1 over
+    ``colours[id]``, the palette's (K, C) colour values; over the ids when not given, which
+    suits grey levels only): the most typical completion under the model, where one sample is
+    as often a rarer reading of the prompt as the model believes in it."""
+    if mbr < 1:
+        raise ValueError(f"mbr={mbr} is invalid: expected an int >= 1 (candidates a completion)")
+    if mbr > 1 and greedy:
+        raise ValueError("mbr > 1 with greedy=True: greedy candidates are all the same")
+    if mbr > 1:
+        draws = complete(
+            model,
+            prompt,
+            length,
+            samples=samples * mbr,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+        ).view(prompt.shape[0] * samples, mbr, length)
+        values = draws.double() if colours is None else colours.to(draws.device)[draws].flatten(2)
+        pick = mbr_select(values)
+        return draws[torch.arange(len(draws), device=draws.device), pick].view(
+            prompt.shape[0], samples, length
+        )
     c = model.config
     if prompt.ndim != 2 or prompt.shape[1] < 1:
         raise ValueError(f"prompt has shape {tuple(prompt.shape)}; expected (B, P) with P >= 1")
@@ -400,6 +429,19 @@ def complete(
         )
     pixels = out[:, 1 : 1 + length].clamp_max(c.palette_size - 1)
     return pixels.reshape(prompt.shape[0], samples, length)
+
+
+def mbr_select(candidates: Tensor, p: float = 1.0) -> Tensor:
+    """Minimum Bayes risk selection: candidates (B, N, ...) values (N draws of one
+    distribution per row) -> (B,) index of the candidate whose summed L_p distance to the
+    other N - 1 is least, argmin_i sum_j ||x_i - x_j||_p: the sample that risks least, with
+    the other samples standing in for the model's distribution (Kumar & Byrne 2004)."""
+    if candidates.ndim < 2 or candidates.shape[1] < 1:
+        raise ValueError(
+            f"candidates have shape {tuple(candidates.shape)}; expected (B, N, ...) with N >= 1"
+        )
+    x = candidates.flatten(2).double()
+    return torch.cdist(x, x, p=p).sum(-1).argmin(-1)
 
 
 def _igpt(name: str, description: str, **values: Any) -> None:

@@ -25,14 +25,18 @@ def completion_grid(
     scale: float = 255.0,
     labels: list[str] | None = None,
     title: str = "",
+    names: list[str] | None = None,
 ) -> Figure:
     """originals uint8 (N, C, H, W), completions uint8 (N, K, C, H, W), the ``prompt_rows``
     rows each completion was given -> a figure of N rows: original | prompt | K completions
     (a line marks where the prompt ends). ``scale``: the images' white (16 for the digits).
+    ``names``: the K completion columns' titles (default: sample 1..K).
     Written to ``out`` (PNG) when given (Agg canvas; pyplot is not used)."""
     from matplotlib.figure import Figure
 
     n, k = completions.shape[:2]
+    if names is not None and len(names) != k:
+        raise ValueError(f"names has {len(names)} titles; expected one a column ({k})")
     c = originals.shape[1]
     cols = k + 2
     fig = Figure(figsize=(1.1 * cols, 1.1 * n + 0.4), layout="constrained")
@@ -58,7 +62,8 @@ def completion_grid(
             show(axes[i][2 + j], completions[i, j], line=True)
         if labels is not None:
             axes[i][0].set_ylabel(labels[i], fontsize=7)
-    for j, name in enumerate(["original", "prompt", *[f"sample {s + 1}" for s in range(k)]]):
+    names = names if names is not None else [f"sample {s + 1}" for s in range(k)]
+    for j, name in enumerate(["original", "prompt", *names]):
         axes[0][j].set_title(name, fontsize=7)
     if title:
         fig.suptitle(title, fontsize=8)
