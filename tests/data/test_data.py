@@ -246,12 +246,37 @@ def test_padding_uses_per_channel_fill():
         BatchAugment(padding=1)(x, fill=[0.0, 0.0, 0.0])
 
 
+def test_erase_replaces_one_rectangle_with_noise():
+    x = torch.full((256, 2, 10, 12), 5.0)  # far from N(0, 1) noise: erased pixels stand out
+    out = BatchAugment(erase=1.0)(x, torch.Generator().manual_seed(0))
+    erased = out != 5.0
+    assert torch.equal(erased[:, 0], erased[:, 1])  # one rectangle through every channel
+    rows, cols = erased[:, 0].any(2), erased[:, 0].any(1)
+    for i in range(len(x)):
+        # The erased pixels fill exactly the box their rows and columns span, and nothing else.
+        box = rows[i][:, None] & cols[i][None, :]
+        assert torch.equal(erased[i, 0], box)
+        area = int(box.sum())
+        assert 1 <= area <= 48  # 1/3 of 120 = 40, and each side rounded up by at most 0.5
+    areas = erased[:, 0].flatten(1).sum(1).double() / 120
+    assert 0.1 < float(areas.mean()) < 0.25  # uniform in [0.02, 1/3] has mean 0.18
+    assert abs(float(out[erased].mean())) < 0.1 and 0.9 < float(out[erased].std()) < 1.1
+    again = BatchAugment(erase=1.0)(x, torch.Generator().manual_seed(0))
+    assert torch.equal(out, again)
+    half = BatchAugment(erase=0.5)(x, torch.Generator().manual_seed(1))
+    assert 100 < int((half != 5.0).flatten(1).any(1).sum()) < 156
+    assert BatchAugment(erase=0.0).is_identity and not BatchAugment(erase=0.1).is_identity
+
+
 def test_augment_validates_arguments():
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="padding"):
             BatchAugment(padding=bad)
     with pytest.raises(ValueError, match="flip"):
         BatchAugment(flip="yes")
+    for bad in (-0.1, 1.5, True, "0.2"):
+        with pytest.raises(ValueError, match=r"erase=.* is invalid: expected a probability"):
+            BatchAugment(erase=bad)
     with pytest.raises(ValueError, match="float images"):
         BatchAugment(padding=1)(torch.zeros(2, 8, 8))
 

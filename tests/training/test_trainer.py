@@ -287,6 +287,15 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(digits, tmp_path: Path, 
         (["vit", "--data", "digits", "--epochs", "0"], "--epochs 0 is invalid"),
         (["vit", "--data", "digits", "--accum-steps", "0"], "--accum-steps 0 is invalid"),
         (["vit", "--data", "digits", "--pad", "-1"], "--pad -1 is invalid: expected pixels >= 0"),
+        (
+            ["vit", "--data", "digits", "--erase", "1.5"],
+            "--erase 1.5 is invalid: expected a probability in [0, 1]",
+        ),
+        (
+            ["igpt", "--data", "digits-pixels", "--erase", "0.25"],
+            "--erase 0.25 is invalid for --data digits-pixels: pixel sequences hold palette ids",
+        ),
+        (["gpt", "--data", "kjv", "--erase", "0.25"], "--erase is invalid for --data kjv"),
     ],
 )
 def test_cli_errors_name_the_argument(argv, message, tmp_path: Path, capsys) -> None:
@@ -326,12 +335,12 @@ def test_cli_augmentation_options_are_used_and_kept_on_resume(tmp_path: Path, mo
     import tfam.data
     from tfam.cli import main
 
-    made: list[tuple[int, bool]] = []
+    made: list[tuple[int, bool, float]] = []
     original = tfam.data.default_augment
 
-    def spy(name, padding=None, flip=None):
-        aug = original(name, padding=padding, flip=flip)
-        made.append((aug.padding, aug.flip))
+    def spy(name, padding=None, flip=None, erase=None):
+        aug = original(name, padding=padding, flip=flip, erase=erase)
+        made.append((aug.padding, aug.flip, aug.erase))
         return aug
 
     monkeypatch.setattr(tfam.data, "default_augment", spy)  # run() looks it up at call time
@@ -343,10 +352,11 @@ def test_cli_augmentation_options_are_used_and_kept_on_resume(tmp_path: Path, mo
         )
 
     run = tmp_path / "run"
-    assert train(run, "--epochs", "2", "--pad", "2", "--flip", "--max-steps", "3") == 0
+    argv = ["--epochs", "2", "--pad", "2", "--flip", "--erase", "0.25", "--max-steps", "3"]
+    assert train(run, *argv) == 0
     saved = json.loads((run / "train_args.json").read_text())
-    assert (saved["pad"], saved["flip"]) == (2, True)
+    assert (saved["pad"], saved["flip"], saved["erase"]) == (2, True, 0.25)
     assert main(["train", "vit", "--data", "digits", "--out", str(run), "--resume", "--quiet"]) == 0
-    assert made == [(2, True), (2, True)]  # digits' own default is (1, False)
+    assert made == [(2, True, 0.25), (2, True, 0.25)]  # digits' own default is (1, False, 0)
     assert train(tmp_path / "plain", "--max-steps", "1") == 0
-    assert made[-1] == (1, False)
+    assert made[-1] == (1, False, 0.0)

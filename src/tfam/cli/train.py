@@ -54,6 +54,7 @@ _RUN_SETTINGS = (
     "data_root",
     "pad",
     "flip",
+    "erase",
     "no_augment",
     "threads",
     "labels",
@@ -144,7 +145,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-augment",
         action="store_true",
         default=None,
-        help="no augmentation (= --pad 0 --no-flip)",
+        help="no augmentation (= --pad 0 --no-flip --erase 0)",
     )
     a.add_argument(
         "--pad",
@@ -159,6 +160,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="random horizontal flips",
+    )
+    a.add_argument(
+        "--erase",
+        type=float,
+        metavar="P",
+        default=None,
+        help="random erasing: with probability P, one rectangle of 2-33%% of the image becomes "
+        "noise (DeiT's recipe: 0.25; default 0; images only, not pixel sequences)",
     )
     add_file_options(p)
     add_distillation_options(p)
@@ -455,21 +464,31 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
 
     pixels = getattr(entry.info, "image_shape", None)  # pixel sequences (iGPT): (C, H, W)
     if not _has_images(entry) and pixels is None:
-        given = [opt for opt, key in (("--pad", "pad"), ("--flip", "flip")) if settings[key]]
+        flags = (("--pad", "pad"), ("--flip", "flip"), ("--erase", "erase"))
+        given = [opt for opt, key in flags if settings.get(key)]
         if given:
             raise ValueError(
                 f"{given[0]} is invalid for --data {entry.name}: augmentation is for image data "
                 "(images or pixel sequences)"
             )
         return None
+    if pixels is not None and settings.get("erase"):
+        raise ValueError(
+            f"--erase {settings['erase']:g} is invalid for --data {entry.name}: pixel sequences "
+            "hold palette ids, and noise is no id (--pad and --flip move whole pixels)"
+        )
     if settings["no_augment"]:
         return None
     try:
         # Looked up on the module at call time (tests spy on it).
-        augment = tfam.data.default_augment(entry, padding=settings["pad"], flip=settings["flip"])
+        augment = tfam.data.default_augment(
+            entry, padding=settings["pad"], flip=settings["flip"], erase=settings.get("erase")
+        )
         augment.check_image_size(entry.info.image_size if pixels is None else tuple(pixels[1:]))
     except ValueError as err:
-        raise option_error(err, {"padding": "--pad", "flip": "--flip"}) from None
+        raise option_error(
+            err, {"padding": "--pad", "flip": "--flip", "erase": "--erase"}
+        ) from None
     return augment  # pixel sequences move their ids (PixelDataset.augment_ids)
 
 

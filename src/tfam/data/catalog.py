@@ -127,15 +127,20 @@ def load_dataset(
 
 
 def default_augment(
-    name: str | DatasetEntry, padding: int | None = None, flip: bool | None = None
+    name: str | DatasetEntry,
+    padding: int | None = None,
+    flip: bool | None = None,
+    erase: float | None = None,
 ) -> BatchAugment:
     """The augmentation tfam trains a dataset with (its catalog entry's ``augment``), with
-    ``padding`` or ``flip`` overridden when given. Fill is supplied by the dataset."""
+    ``padding``, ``flip`` or ``erase`` (random erasing's probability; default none) overridden
+    when given. Fill is supplied by the dataset."""
     entry = name if isinstance(name, DatasetEntry) else resolve_data(name)
     default_padding, default_flip = entry.augment
     return BatchAugment(
         padding=default_padding if padding is None else padding,
         flip=default_flip if flip is None else flip,
+        erase=0.0 if erase is None else erase,
     )
 
 

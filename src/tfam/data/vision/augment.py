@@ -1,4 +1,5 @@
-"""Batch augmentation on normalised images: random crop after padding, random horizontal flip.
+"""Batch augmentation on normalised images: random crop after padding, random horizontal flip,
+random erasing (Zhong et al. 2017; DeiT's recipe keeps it).
 
 A handful of whole-batch tensor ops, no loop over images; every random draw comes from the generator
 passed in, so a seeded generator gives the same batch every time.
@@ -7,6 +8,7 @@ passed in, so a seeded generator gives the same batch every time.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import torch
@@ -25,29 +27,47 @@ def _unshifted_starts(b: int, c: int, h: int, hp: int, wp: int, device: torch.de
     return (planes * hp + torch.arange(h, device=device)) * wp
 
 
+# Random erasing's rectangle: a share of the image's area drawn uniformly from this range, and
+# an aspect ratio (height / width) drawn log-uniformly from this one (the paper's and timm's).
+ERASE_AREA = (0.02, 1 / 3)
+ERASE_ASPECT = (0.3, 1 / 0.3)
+
+
 class BatchAugment:
-    """Pad by ``padding`` pixels on each side, crop back at a random offset, flip with p = 0.5.
+    """Pad by ``padding`` pixels on each side, crop back at a random offset, flip with p = 0.5,
+    and with probability ``erase`` replace one random rectangle of each image by standard
+    normal noise (random erasing: ERASE_AREA of the area, aspect ERASE_ASPECT; noise, as
+    timm's ``mode="pixel"`` that DeiT trains with, is what the normalised images look like to
+    the model: mean 0, variance 1). A rectangle taller or wider than the image is clipped to
+    it.
 
     The padding takes the value of a black pixel, ``fill`` (scalar or one per channel; for data
     normalised as ``(x - mean) / std`` black is ``-mean / std``, :attr:`ImageDataset.black`).
     ``ImageDataset.get_batch(idx, augment=aug, generator=g)`` passes its own black.
-    ``padding=0, flip=False`` is the identity.
+    ``padding=0, flip=False, erase=0`` is the identity.
     """
 
     def __init__(
-        self, padding: int = 0, flip: bool = False, fill: float | Sequence[float] | Tensor = 0.0
+        self,
+        padding: int = 0,
+        flip: bool = False,
+        fill: float | Sequence[float] | Tensor = 0.0,
+        erase: float = 0.0,
     ) -> None:
         if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
             raise ValueError(f"padding={padding!r} is invalid: expected pixels >= 0 (an int)")
         if not isinstance(flip, bool):
             raise ValueError(f"flip must be True or False, got {flip!r}")
+        if isinstance(erase, bool) or not isinstance(erase, (int, float)) or not 0 <= erase <= 1:
+            raise ValueError(f"erase={erase!r} is invalid: expected a probability in [0, 1]")
         self.padding = padding
         self.flip = flip
+        self.erase = float(erase)
         self.fill = torch.as_tensor(fill, dtype=torch.float32).reshape(-1)
 
     @property
     def is_identity(self) -> bool:
-        return self.padding == 0 and not self.flip
+        return self.padding == 0 and not self.flip and self.erase == 0
 
     @staticmethod
     def max_padding(image_size: int | Sequence[int]) -> int:
@@ -111,7 +131,34 @@ class BatchAugment:
             flipped = torch.rand(b, generator=generator, device=draw_device) < 0.5
             i = flipped.nonzero().squeeze(1).to(device)
             out.index_copy_(0, i, out.index_select(0, i).flip(3))
+        if self.erase:
+            out = self._erase(out, generator, draw_device)
         return out
 
+    def _erase(
+        self, images: Tensor, generator: torch.Generator | None, draw: torch.device
+    ) -> Tensor:
+        """One rectangle of noise in each image chosen with probability ``erase``: whole-batch
+        masks, no loop over images."""
+        b, c, h, w = images.shape
+        u = torch.rand(5, b, generator=generator, device=draw, dtype=torch.float64)
+        chosen = u[0] < self.erase
+        area = (ERASE_AREA[0] + u[1] * (ERASE_AREA[1] - ERASE_AREA[0])) * h * w
+        lo, hi = math.log(ERASE_ASPECT[0]), math.log(ERASE_ASPECT[1])
+        aspect = torch.exp(lo + u[2] * (hi - lo))
+        eh = (area * aspect).sqrt().round().clamp(1, h)
+        ew = (area / aspect).sqrt().round().clamp(1, w)
+        top = (u[3] * (h - eh + 1)).floor()  # every placement inside the image equally likely
+        left = (u[4] * (w - ew + 1)).floor()
+        noise = torch.randn(images.shape, generator=generator, device=draw, dtype=images.dtype)
+        rows = torch.arange(h, device=draw, dtype=torch.float64)
+        cols = torch.arange(w, device=draw, dtype=torch.float64)
+        in_rows = (rows >= top[:, None]) & (rows < (top + eh)[:, None])  # (B, H)
+        in_cols = (cols >= left[:, None]) & (cols < (left + ew)[:, None])  # (B, W)
+        mask = (in_rows[:, :, None] & in_cols[:, None, :] & chosen[:, None, None])[:, None]
+        device = images.device
+        return torch.where(mask.to(device), noise.to(device), images)
+
     def __repr__(self) -> str:
-        return f"BatchAugment(padding={self.padding}, flip={self.flip})"
+        erase = f", erase={self.erase:g}" if self.erase else ""
+        return f"BatchAugment(padding={self.padding}, flip={self.flip}{erase})"
