@@ -105,22 +105,8 @@ def test_mbr_completion_is_one_of_its_candidates(pretrained: Path) -> None:
 
 def test_generate_mbr_option(pretrained: Path, cli, tmp_path) -> None:
     out = tmp_path / "grid.png"
-    code, stdout, _ = cli(
-        [
-            "generate",
-            pretrained,
-            "--images",
-            "2",
-            "--samples",
-            "1",
-            "--mbr",
-            "4",
-            "--seed",
-            "0",
-            "--out",
-            out,
-        ]
-    )
+    argv = ["generate", pretrained, "--images", "2", "--mbr", "4", "--seed", "0", "--out", out]
+    code, stdout, _ = cli(argv)  # one completion an image by default with --mbr
     assert code == 0 and out.stat().st_size > 0
     assert "1 sample each (each the least-risk of 4 candidates)" in stdout
     code, _, err = cli(["generate", pretrained, "--mbr", "0"])

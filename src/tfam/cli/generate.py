@@ -27,7 +27,7 @@ EPILOG = """examples:
   tfam generate hf/gpt2-tfam --ids 464,3290,531 --greedy     a converted model without a tokenizer
   tfam generate runs/digits-pixels --images 8 --samples 4 --seed 0 --out grid.png
                                         an iGPT run: complete test images from their top half
-  tfam generate runs/digits-pixels --images 8 --samples 1 --mbr 64 --seed 0
+  tfam generate runs/digits-pixels --images 8 --mbr 64 --seed 0
                                         each completion the most typical of 64 draws
 
 DIR is a GPT run directory of `tfam train gpt` (config.json, model.safetensors and the
@@ -49,7 +49,8 @@ half), and --samples completions of each are sampled (--temperature, --top-k, --
 --greedy apply); the grid of originals, prompts and completions goes to --out (default:
 DIR/completions.png), and the share of completed pixels equal to the original's is printed.
 --mbr N (minimum Bayes risk) draws N candidates for each completion and keeps the one nearest
-on average to the others: the model's most typical reading of the prompt, not a rarer one.
+on average to the others: the model's most typical reading of the prompt, not a rarer one
+(one completion an image unless --samples says more).
 """
 
 HELP = "continue a prompt with a GPT run (sampling, greedy, top-k, top-p)"
@@ -411,7 +412,7 @@ def check_image_options(args: argparse.Namespace) -> None:
             "(--rows sets the prompt)"
         )
     if args.num_samples is None:
-        args.num_samples = 1 if args.greedy else 4
+        args.num_samples = 1 if args.greedy or args.mbr else 4
     check_options(argparse.Namespace(**{**vars(args), "prompt": "", "stop": None, "mbr": None}))
     if args.images < 1:
         raise ValueError(f"--images {args.images} is invalid: expected an int >= 1")
