@@ -504,7 +504,7 @@ def run_images(args: argparse.Namespace) -> int:
     print(
         f"completed {n} {args.split} images of {data_name} from their top {rows} of {h} rows, "
         f"{args.num_samples} sample{'s' if args.num_samples != 1 else ''} each"
-        + (f" (each the least-risk of {args.mbr} candidates)" if args.mbr else "")
+        + (f" (each the least-risk of {args.mbr} candidates)" if (args.mbr or 1) > 1 else "")
         + f" -> {out}"
     )
     print(f"completed pixels equal to the original's: {100 * same:.1f}%")

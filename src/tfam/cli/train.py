@@ -465,14 +465,14 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
     pixels = getattr(entry.info, "image_shape", None)  # pixel sequences (iGPT): (C, H, W)
     if not _has_images(entry) and pixels is None:
         flags = (("--pad", "pad"), ("--flip", "flip"), ("--erase", "erase"))
-        given = [opt for opt, key in flags if settings.get(key)]
+        given = [opt for opt, key in flags if settings[key]]
         if given:
             raise ValueError(
                 f"{given[0]} is invalid for --data {entry.name}: augmentation is for image data "
                 "(images or pixel sequences)"
             )
         return None
-    if pixels is not None and settings.get("erase"):
+    if pixels is not None and settings["erase"]:
         raise ValueError(
             f"--erase {settings['erase']:g} is invalid for --data {entry.name}: pixel sequences "
             "hold palette ids, and noise is no id (--pad and --flip move whole pixels)"
@@ -482,7 +482,7 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
     try:
         # Looked up on the module at call time (tests spy on it).
         augment = tfam.data.default_augment(
-            entry, padding=settings["pad"], flip=settings["flip"], erase=settings.get("erase")
+            entry, padding=settings["pad"], flip=settings["flip"], erase=settings["erase"]
         )
         augment.check_image_size(entry.info.image_size if pixels is None else tuple(pixels[1:]))
     except ValueError as err:
