@@ -94,6 +94,19 @@ def test_small_folder_fast_path_equals_the_items(timm_folder: Path) -> None:
     assert y.tolist() == [ds[i][1] for i in (4, 0, 2)]
 
 
+def test_copies_read_their_own_statistics_and_items(timm_folder: Path) -> None:
+    # The in-memory get_batch is bound per instance: a copy must not read the original's.
+    ds = ImageFolder(timm_folder, "train")
+    other = ds.with_stats([0.5], [0.25])
+    x, _ = other.get_batch(torch.tensor([0, 3]))
+    assert torch.equal(x, torch.stack([other[i][0] for i in (0, 3)]))
+    assert not torch.allclose(x, ds.get_batch(torch.tensor([0, 3]))[0])
+    part = ds.subset(torch.tensor([7, 1]))
+    assert len(part) == 2 and part.file(0) == ds.file(7) and part.labels.tolist() == [1, 0]
+    x, y = part.get_batch(torch.tensor([0, 1]))
+    assert torch.equal(x, torch.stack([ds[7][0], ds[1][0]])) and y.tolist() == [1, 0]
+
+
 def test_folder_entry_resizes_to_the_size_asked(tmp_path: Path) -> None:
     _write(tmp_path / "odd", ("a", "b"), 3, size=37)
     entry = folder_entry(tmp_path / "odd", image_size=40)

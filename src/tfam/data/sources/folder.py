@@ -344,13 +344,28 @@ class ImageFolder(torch.utils.data.Dataset):
         self, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor
     ) -> ImageFolder:
         """The same split, normalised with other statistics (a trained model's)."""
-        other = copy.copy(self)
+        other = self._copy()
         other.mean = (
             torch.as_tensor(mean, dtype=torch.float32).reshape(-1).expand(self.in_channels).clone()
         )
         other.std = (
             torch.as_tensor(std, dtype=torch.float32).reshape(-1).expand(self.in_channels).clone()
         )
+        return other
+
+    def _copy(self) -> ImageFolder:
+        """A shallow copy whose in-memory ``get_batch`` reads the copy, not this split."""
+        other = copy.copy(self)
+        if "get_batch" in self.__dict__:
+            other.get_batch = other._get_batch
+        return other
+
+    def subset(self, index: Tensor) -> ImageFolder:
+        """Items ``index`` (n,) of this split, with its statistics."""
+        index = torch.as_tensor(index, dtype=torch.int64)
+        other = self._copy()
+        other.indices = self.indices.index_select(0, index)
+        other.labels = self.labels.index_select(0, index)
         return other
 
     def class_counts(self) -> Tensor:
