@@ -392,3 +392,42 @@ def test_fashion_mnist_official(monkeypatch):
     # Loading again reads nothing: the same tensors come back from the per-process cache.
     assert load_dataset("fashion-mnist").images.data_ptr() == train.images.data_ptr()
     assert files["train"][0].name.startswith("train-images-idx3-ubyte")
+
+
+def test_stratified_index_keeps_class_shares_and_is_fixed_by_its_seed() -> None:
+    from tfam.data.sources.images import stratified_index, subset_size
+
+    labels = torch.tensor([0] * 60 + [1] * 30 + [2] * 10)
+    idx = stratified_index(labels, 10, seed=0)
+    assert idx.tolist() == sorted(set(idx.tolist())) and len(idx) == 10
+    assert torch.bincount(labels[idx], minlength=3).tolist() == [6, 3, 1]
+    assert torch.equal(idx, stratified_index(labels, 10, seed=0))
+    assert not torch.equal(idx, stratified_index(labels, 10, seed=1))
+    # Largest remainders: 7 of 100 is 4.2, 2.1 and 0.7 -> 4, 2, 1 (the counts add up).
+    assert torch.bincount(labels[stratified_index(labels, 7, 0)], minlength=3).tolist() == [4, 2, 1]
+    assert len(stratified_index(labels, 100, 0)) == 100
+    assert (
+        subset_size(0.1, 100) == 10
+        and subset_size(0.001, 100) == 1
+        and subset_size(100, 100) == 100
+    )
+    for bad in (0, 1.5, 101, -3):
+        with pytest.raises(ValueError, match="is invalid: expected a fraction in"):
+            subset_size(bad, 100)
+
+
+def test_subsets_of_images_and_pixel_sequences_keep_their_facts() -> None:
+    from tfam.data.sources.pixels import load_pixels
+
+    ds = load_dataset("digits", "fit")
+    part = ds.subset(torch.tensor([5, 2]))
+    assert (
+        torch.equal(part.images, ds.images[[5, 2]])
+        and part.labels.tolist() == ds.labels[[5, 2]].tolist()
+    )
+    assert torch.equal(part.mean, ds.mean) and torch.equal(part[0][0], ds[5][0])
+    pix = load_pixels("digits", "fit")
+    sub = pix.subset(torch.tensor([3, 0]))
+    assert torch.equal(sub.ids, pix.ids[[3, 0]]) and torch.equal(sub.images, pix.images[[3, 0]])
+    assert sub.labels.tolist() == pix.labels[[3, 0]].tolist() and sub.palette is pix.palette
+    assert len(pix) == 1295 and len(sub) == 2

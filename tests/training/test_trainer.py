@@ -296,6 +296,15 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(digits, tmp_path: Path, 
             "--erase 0.25 is invalid for --data digits-pixels: pixel sequences hold palette ids",
         ),
         (["gpt", "--data", "kjv", "--erase", "0.25"], "--erase is invalid for --data kjv"),
+        (
+            ["vit", "--data", "digits", "--train-subset", "1.5"],
+            "--train-subset 1.5 is invalid: expected a fraction in (0, 1) or a whole number of "
+            "examples from 1 to 1295",
+        ),
+        (
+            ["gpt", "--data", "kjv", "--train-subset", "0.5"],
+            "--train-subset 0.5 is invalid for --data kjv: only labelled images",
+        ),
     ],
 )
 def test_cli_errors_name_the_argument(argv, message, tmp_path: Path, capsys) -> None:
@@ -360,3 +369,40 @@ def test_cli_augmentation_options_are_used_and_kept_on_resume(tmp_path: Path, mo
     assert made == [(2, True, 0.25), (2, True, 0.25)]  # digits' own default is (1, False, 0)
     assert train(tmp_path / "plain", "--max-steps", "1") == 0
     assert made[-1] == (1, False, 0.0)
+
+
+def test_cli_train_subset_is_stratified_fixed_across_seeds_and_kept_on_resume(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """--train-subset trains on the same class-balanced images whatever --seed says, keeps
+    validation and test whole, says so in the header, and a resumed run keeps it."""
+    import tfam.training
+    from tfam.cli import main
+
+    seen: list[tuple[int, list[int], int, int]] = []
+    original = tfam.training.Trainer
+
+    def spy(model, train_set, test_set, config, **kw):
+        counts = torch.bincount(train_set.labels, minlength=10).tolist()
+        digest = int(train_set.images.flatten(1).sum(1).mul(torch.arange(len(train_set))).sum())
+        seen.append((len(train_set), counts, len(kw["val_set"]), digest))
+        return original(model, train_set, test_set, config, **kw)
+
+    monkeypatch.setattr(tfam.training, "Trainer", spy)  # run() imports it at call time
+    tiny = ["--set", "dim=16", "--set", "depth=1", "--set", "heads=2", "--threads", "1"]
+
+    def train(out: Path, *extra: str) -> int:
+        argv = ["train", "vit", "--data", "digits", "--out", str(out), *tiny, *extra]
+        return main([*argv, "--epochs", "2", "--max-steps", "2"])
+
+    assert train(tmp_path / "a", "--train-subset", "100", "--seed", "0") == 0
+    assert "100 train (of 1295: --train-subset 100) / 142 val" in capsys.readouterr().out
+    assert train(tmp_path / "b", "--train-subset", "100", "--seed", "1", "--quiet") == 0
+    assert train(tmp_path / "c", "--train-subset", "0.5", "--quiet") == 0
+    assert json.loads((tmp_path / "a" / "train_args.json").read_text())["train_subset"] == 100
+    resumed = ["train", "vit", "--data", "digits", "--out", str(tmp_path / "a"), "--resume"]
+    assert main([*resumed, "--quiet"]) == 0
+    (n, counts, val, digest), second, half, again = seen
+    assert n == 100 and val == 142 and max(counts) - min(counts) <= 1  # digits' classes: ~equal
+    assert second == seen[0] and again == seen[0]  # the same images for another seed, on resume
+    assert half[0] == 648 and half[2] == 142

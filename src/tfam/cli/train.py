@@ -56,6 +56,7 @@ _RUN_SETTINGS = (
     "flip",
     "erase",
     "no_augment",
+    "train_subset",
     "threads",
     "labels",
     *("teacher", "distillation", "distill_alpha", "distill_tau", "teacher_cache"),
@@ -123,6 +124,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--data-root", metavar="DIR", default=None, help="where to look first for dataset files"
+    )
+    p.add_argument(
+        "--train-subset",
+        type=float,
+        metavar="N|F",
+        default=None,
+        help="train on part of the training split: a fraction in (0, 1) or a number of "
+        "examples, each class in its share, drawn with a fixed seed (the same examples "
+        "whatever --seed says, so seeds and models compare on one subset); validation and "
+        "test stay whole (--refit adds all of validation). Images and pixel sequences: "
+        "learning curves, small-data experiments",
     )
     p.add_argument(
         "--preset",
@@ -492,6 +504,32 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
     return augment  # pixel sequences move their ids (PixelDataset.augment_ids)
 
 
+# The examples of a --train-subset are drawn with this seed, not the run's --seed.
+SUBSET_SEED = 0
+
+
+def _train_subset(train_set: Any, size: float, entry: Any) -> Any:
+    """``size`` (a fraction or a count) of ``train_set``, class-stratified, drawn with
+    :data:`SUBSET_SEED`."""
+    from tfam.data.sources.images import stratified_index, subset_size
+
+    if not hasattr(train_set, "subset") or not hasattr(train_set, "labels"):
+        raise ValueError(
+            f"--train-subset {size:g} is invalid for --data {entry.name}: only labelled images "
+            "(a catalog image set or an image folder) and pixel sequences can be subset"
+        )
+    n = subset_size(size, len(train_set), what="--train-subset")
+    return train_set.subset(stratified_index(train_set.labels, n, seed=SUBSET_SEED))
+
+
+def _augment_text(augment: Any) -> str:
+    """What the training augmentation does, for the header: 'pad 1, flip, erase 0.25'."""
+    parts = [f"pad {augment.padding}"] if augment.padding else []
+    parts += ["flip"] if augment.flip else []
+    parts += [f"erase {augment.erase:g}"] if augment.erase else []
+    return ", ".join(parts) or "none"
+
+
 # What one item of a text dataset is, when it is not the task's unit (a tagger's loss counts
 # tokens, but its dataset holds sentences).
 _ITEM_NOUNS = {
@@ -697,6 +735,9 @@ def run(args: argparse.Namespace) -> int:
         first = ((saved or {}).get("train_config") or {}).get("seed")
         load["seed"] = int(first if first is not None else config.seed)
     train_set = entry.load(entry.train_split, **load)
+    whole = len(train_set)
+    if settings["train_subset"] is not None:
+        train_set = _train_subset(train_set, settings["train_subset"], entry)
     val_set = entry.load(entry.val_split, **load) if entry.val_split else None
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
     # The catalog's task for the data, or --task; with --teacher, distillation from it.
@@ -724,6 +765,8 @@ def run(args: argparse.Namespace) -> int:
     if not config.quiet and dist_info().is_main:  # under torchrun, rank 0 alone speaks
         params = sum(p.numel() for p in model.parameters())
         sizes = f"{_size(train_set, task)} train"
+        if settings["train_subset"] is not None:
+            sizes += f" (of {whole}: --train-subset {settings['train_subset']:g})"
         sizes += f" / {_size(val_set, task)} val" if val_set is not None else ""
         sizes += f" / {_size(test_set, task)} test" if test_set is not None else ""
         batch = (
@@ -760,6 +803,8 @@ def run(args: argparse.Namespace) -> int:
             f"{compute} -> {out}",
             flush=True,
         )
+        if augment is not None:
+            print(f"augmentation: {_augment_text(augment)}", flush=True)
     run_args = {
         "command": "train",
         "family": args.family,

@@ -43,9 +43,7 @@ def fashion(split: str) -> ImageDataset:
 
 def take(ds: ImageDataset, index: Tensor) -> ImageDataset:
     """The images ``index`` (n,) of ``ds``, normalised with ``ds``'s statistics."""
-    return ImageDataset(ds.images.index_select(0, index), ds.labels.index_select(0, index),
-                        ds.classes, mean=ds.mean, std=ds.std, pixel_scale=ds.pixel_scale,
-                        name=ds.name, split=ds.split)  # fmt: skip
+    return ds.subset(index)
 
 
 def stratified(ds: ImageDataset, n: int, seed: int) -> ImageDataset:

@@ -132,6 +132,40 @@ def holdout_split(labels: Tensor, fraction: float, seed: int) -> tuple[Tensor, T
     return mask.nonzero().squeeze(1), holdout
 
 
+def subset_size(size: float, n: int, what: str = "size") -> int:
+    """How many of ``n`` examples ``size`` asks for: a fraction in (0, 1) of them (rounded, at
+    least 1), or a count from 1 to ``n`` (a whole number)."""
+    if 0 < size < 1:
+        return max(1, round(size * n))
+    if size >= 1 and float(size).is_integer() and size <= n:
+        return int(size)
+    raise ValueError(
+        f"{what} {size:g} is invalid: expected a fraction in (0, 1) or a whole number of "
+        f"examples from 1 to {n}"
+    )
+
+
+def stratified_index(labels: Tensor, size: int, seed: int) -> Tensor:
+    """Sorted indices (size,) of ``size`` examples, each class represented in proportion to its
+    share of ``labels`` (N,) (largest remainders, so the counts add up to ``size``), drawn from
+    ``torch.Generator().manual_seed(seed)``: the same every time."""
+    labels = torch.as_tensor(labels).reshape(-1)
+    if not 1 <= size <= labels.numel():
+        raise ValueError(f"size={size!r} is invalid: expected 1 to {labels.numel()}")
+    classes, counts = torch.unique(labels, return_counts=True)
+    quota = counts.to(torch.float64) * size / labels.numel()
+    take = quota.floor().to(torch.int64)
+    # The classes with the largest remainders take the examples the floors left over.
+    extra = (quota - take).argsort(descending=True, stable=True)[: size - int(take.sum())]
+    take[extra] += 1
+    g = torch.Generator().manual_seed(int(seed))
+    picked = []
+    for c, k in zip(classes.tolist(), take.tolist(), strict=True):
+        idx = (labels == c).nonzero().squeeze(1)
+        picked.append(idx[torch.randperm(idx.numel(), generator=g)[:k]])
+    return torch.cat(picked).sort().values
+
+
 def _select(
     arrays: dict[str, Tensor], split: str, fraction: float, seed: int
 ) -> tuple[Tensor, Tensor]:
@@ -311,6 +345,13 @@ class ImageDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {i} out of range for {n} images")
         x, y = self.get_batch([i % n])
         return x[0], int(y[0])
+
+    def subset(self, index: Tensor) -> ImageDataset:
+        """The images ``index`` (n,), normalised with this dataset's statistics."""
+        index = torch.as_tensor(index, dtype=torch.int64)
+        return ImageDataset(self.images.index_select(0, index), self.labels.index_select(0, index),
+                            self.classes, mean=self.mean, std=self.std,
+                            pixel_scale=self.pixel_scale, name=self.name, split=self.split)  # fmt: skip
 
     def batches(
         self,

@@ -16,6 +16,7 @@ small size, the palette given; ``tfam train igpt --data photos/`` chooses both, 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,6 +112,15 @@ class PixelDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> tuple[Tensor, int]:
         return self.ids[i], int(self.labels[i])
+
+    def subset(self, index: Tensor) -> PixelDataset:
+        """The images ``index`` (n,), with the same palette."""
+        index = torch.as_tensor(index, dtype=torch.int64)
+        other = copy.copy(self)
+        other.images = self.images.index_select(0, index)
+        other.labels = self.labels.index_select(0, index)
+        other.ids = self.ids.index_select(0, index)
+        return other
 
     def get_batch(self, indices: Tensor) -> list[tuple[Tensor, int]]:
         """The items at ``indices`` (the tasks collate them)."""
