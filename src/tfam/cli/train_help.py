@@ -79,6 +79,8 @@ EPILOG_HEAD = """examples:
   tfam train vit --data digits --out runs/d2 --set dim=32 --set depth=2 --epochs 20
   tfam train vit --data fashion-mnist --out runs/fmnist         ~91.6% in about 35 min on 2 cores
   tfam train vit --data fashion-mnist --max-steps 20 --out /tmp/smoke   quick smoke run
+  tfam train cnn --data fashion-mnist --train-subset 0.1        10% of the training images
+      (each class its share, the same images for every --seed): small-data runs
   tfam train vit --data photos/ --out runs/photos               your images: one sub-folder per
       class (or timm's train/ val/ test/), any size; the model is sized from them (header says)
   tfam train vit --data photos/ --init runs/digits              fine-tune: runs/digits' model,
