@@ -35,6 +35,7 @@ from tfam.cli.train_help import (  # noqa: F401  (DATASET_DEFAULTS: re-exported)
 )
 from tfam.cli.train_options import (
     DISTILL_OPTIONS,
+    add_augmentation_options,
     add_distillation_options,
     add_file_options,
     distillation,
@@ -126,17 +127,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--data-root", metavar="DIR", default=None, help="where to look first for dataset files"
     )
     p.add_argument(
-        "--train-subset",
-        type=float,
-        metavar="N|F",
-        default=None,
-        help="train on part of the training split: a fraction in (0, 1) or a number of "
-        "examples, each class in its share, drawn with a fixed seed (the same examples "
-        "whatever --seed says, so seeds and models compare on one subset); validation and "
-        "test stay whole (--refit adds all of validation). Images and pixel sequences: "
-        "learning curves, small-data experiments",
-    )
-    p.add_argument(
         "--preset",
         metavar="NAME",
         default=None,
@@ -152,35 +142,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g = p.add_argument_group("training (TrainConfig fields; defaults per dataset, see below)")
     add_dataclass_options(g, _train_config_class())
-    a = p.add_argument_group("augmentation (defaults per dataset, see below)")
-    a.add_argument(
-        "--no-augment",
-        action="store_true",
-        default=None,
-        help="no augmentation (= --pad 0 --no-flip --erase 0)",
-    )
-    a.add_argument(
-        "--pad",
-        type=int,
-        metavar="PX",
-        default=None,
-        help="random crop after padding by PX pixels per side, at most half the image side; "
-        "0 = no crop (pixel sequences, iGPT: the same on the palette ids, padding with black)",
-    )
-    a.add_argument(
-        "--flip",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="random horizontal flips",
-    )
-    a.add_argument(
-        "--erase",
-        type=float,
-        metavar="P",
-        default=None,
-        help="random erasing: with probability P, one rectangle of 2-33%% of the image becomes "
-        "noise (DeiT's recipe: 0.25; default 0; images only, not pixel sequences)",
-    )
+    add_augmentation_options(p)
     add_file_options(p)
     add_distillation_options(p)
     r = p.add_argument_group("run")
@@ -504,32 +466,6 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
     return augment  # pixel sequences move their ids (PixelDataset.augment_ids)
 
 
-# The examples of a --train-subset are drawn with this seed, not the run's --seed.
-SUBSET_SEED = 0
-
-
-def _train_subset(train_set: Any, size: float, entry: Any) -> Any:
-    """``size`` (a fraction or a count) of ``train_set``, class-stratified, drawn with
-    :data:`SUBSET_SEED`."""
-    from tfam.data.sources.images import stratified_index, subset_size
-
-    if not hasattr(train_set, "subset") or not hasattr(train_set, "labels"):
-        raise ValueError(
-            f"--train-subset {size:g} is invalid for --data {entry.name}: only labelled images "
-            "(a catalog image set or an image folder) and pixel sequences can be subset"
-        )
-    n = subset_size(size, len(train_set), what="--train-subset")
-    return train_set.subset(stratified_index(train_set.labels, n, seed=SUBSET_SEED))
-
-
-def _augment_text(augment: Any) -> str:
-    """What the training augmentation does, for the header: 'pad 1, flip, erase 0.25'."""
-    parts = [f"pad {augment.padding}"] if augment.padding else []
-    parts += ["flip"] if augment.flip else []
-    parts += [f"erase {augment.erase:g}"] if augment.erase else []
-    return ", ".join(parts) or "none"
-
-
 # What one item of a text dataset is, when it is not the task's unit (a tagger's loss counts
 # tokens, but its dataset holds sentences).
 _ITEM_NOUNS = {
@@ -737,7 +673,12 @@ def run(args: argparse.Namespace) -> int:
     train_set = entry.load(entry.train_split, **load)
     whole = len(train_set)
     if settings["train_subset"] is not None:
-        train_set = _train_subset(train_set, settings["train_subset"], entry)
+        from tfam.data.sources.images import train_subset
+
+        # The same examples whatever --seed says: seeds and models compare on one subset.
+        train_set = train_subset(
+            train_set, settings["train_subset"], what="--train-subset", data=f"--data {entry.name}"
+        )
     val_set = entry.load(entry.val_split, **load) if entry.val_split else None
     test_set = entry.load(entry.test_split, **load) if entry.test_split else None
     # The catalog's task for the data, or --task; with --teacher, distillation from it.
@@ -804,7 +745,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         if augment is not None:
-            print(f"augmentation: {_augment_text(augment)}", flush=True)
+            print(f"augmentation: {augment.describe()}", flush=True)
     run_args = {
         "command": "train",
         "family": args.family,

@@ -1,10 +1,11 @@
-"""`tfam train`'s option groups beyond the training values: your own text files, and
-distillation (--teacher and the DeiT loss, Touvron et al. 2021).
+"""`tfam train`'s option groups beyond the training values: augmentation and the training
+subset, your own text files, and distillation (--teacher and the DeiT loss, Touvron et al.
+2021).
 
 The file options say how to read --data FILE (docs/data.md). A distilled DeiT learns from a
 teacher through its distillation token (:mod:`tfam.training.tasks.distillation`); here are the
 options that ask for it, the checks that they fit the task, and the teacher's loading (a run,
-model directory or preset that reads the data's images and predicts its classes). Both groups
+model directory or preset that reads the data's images and predicts its classes). groups
 are saved with the run like every other option.
 """
 
@@ -14,6 +15,52 @@ import argparse
 from typing import Any
 
 from tfam.cli.train_help import objective
+
+
+def add_augmentation_options(p: argparse.ArgumentParser) -> None:
+    """--no-augment, --pad, --flip, --erase and --train-subset; saved with the run."""
+    a = p.add_argument_group(
+        "augmentation (defaults per dataset, see below) and the training subset"
+    )
+    a.add_argument(
+        "--no-augment",
+        action="store_true",
+        default=None,
+        help="no augmentation (= --pad 0 --no-flip --erase 0)",
+    )
+    a.add_argument(
+        "--pad",
+        type=int,
+        metavar="PX",
+        default=None,
+        help="random crop after padding by PX pixels per side, at most half the image side; "
+        "0 = no crop (pixel sequences, iGPT: the same on the palette ids, padding with black)",
+    )
+    a.add_argument(
+        "--flip",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="random horizontal flips",
+    )
+    a.add_argument(
+        "--erase",
+        type=float,
+        metavar="P",
+        default=None,
+        help="random erasing: with probability P, one rectangle of 2-33%% of the image becomes "
+        "noise (DeiT's recipe: 0.25; default 0; images only, not pixel sequences)",
+    )
+    a.add_argument(
+        "--train-subset",
+        type=float,
+        metavar="N|F",
+        default=None,
+        help="train on part of the training split: a fraction in (0, 1) or a number of "
+        "examples, each class in its share, drawn with a fixed seed (the same examples "
+        "whatever --seed says, so seeds and models compare on one subset); validation and "
+        "test stay whole (--refit adds all of validation). Images and pixel sequences: "
+        "learning curves, small-data experiments",
+    )
 
 
 def add_file_options(p: argparse.ArgumentParser) -> None:

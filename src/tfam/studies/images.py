@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from tfam.data.sources.images import ImageDataset
 from tfam.explain import explain
@@ -41,11 +41,6 @@ def fashion(split: str) -> ImageDataset:
     return load_dataset("fashion-mnist", split)
 
 
-def take(ds: ImageDataset, index: Tensor) -> ImageDataset:
-    """The images ``index`` (n,) of ``ds``, normalised with ``ds``'s statistics."""
-    return ds.subset(index)
-
-
 def stratified(ds: ImageDataset, n: int, seed: int) -> ImageDataset:
     """``n`` images of ``ds``, the same number of each class (± 1), drawn with ``seed``."""
     g = torch.Generator().manual_seed(seed)
@@ -55,7 +50,7 @@ def stratified(ds: ImageDataset, n: int, seed: int) -> ImageDataset:
     for c in range(k):
         members = (ds.labels == c).nonzero().flatten()
         picked.append(members[torch.randperm(len(members), generator=g)[: per[c]]])
-    return take(ds, torch.cat(picked))
+    return ds.subset(torch.cat(picked))
 
 
 def stream(ds: ImageDataset, count: int, seed: int) -> ImageDataset:
@@ -64,13 +59,13 @@ def stream(ds: ImageDataset, count: int, seed: int) -> ImageDataset:
     g = torch.Generator().manual_seed(seed)
     passes = -(-count // len(ds))
     order = torch.cat([torch.randperm(len(ds), generator=g) for _ in range(passes)])[:count]
-    return take(ds, order)
+    return ds.subset(order)
 
 
 def spread(ds: ImageDataset, limit: int) -> ImageDataset:
     """``limit`` evenly spread images of ``ds`` (all of them when it holds no more)."""
     n = len(ds)
-    return ds if limit >= n else take(ds, torch.arange(limit) * n // limit)
+    return ds if limit >= n else ds.subset(torch.arange(limit) * n // limit)
 
 
 def parameters(model: nn.Module) -> int:

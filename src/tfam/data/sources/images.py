@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -164,6 +165,23 @@ def stratified_index(labels: Tensor, size: int, seed: int) -> Tensor:
         idx = (labels == c).nonzero().squeeze(1)
         picked.append(idx[torch.randperm(idx.numel(), generator=g)[:k]])
     return torch.cat(picked).sort().values
+
+
+def train_subset(
+    dataset: Any, size: float, seed: int = 0, what: str = "size", data: str | None = None
+) -> Any:
+    """``size`` (a fraction or a count, :func:`subset_size`) of a labelled ``dataset`` with a
+    ``subset(index)`` method (images, image folders, pixel sequences), class-stratified
+    (:func:`stratified_index`) and drawn with ``seed``. ``what`` and ``data`` name the option
+    and the data in errors."""
+    if not hasattr(dataset, "subset") or not hasattr(dataset, "labels"):
+        raise ValueError(
+            f"{what} {size:g} is invalid for {data or type(dataset).__name__}: "
+            "only labelled images (a catalog image set or an image folder) and pixel sequences "
+            "can be subset"
+        )
+    n = subset_size(size, len(dataset), what=what)
+    return dataset.subset(stratified_index(dataset.labels, n, seed=seed))
 
 
 def _select(

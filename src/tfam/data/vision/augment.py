@@ -159,6 +159,13 @@ class BatchAugment:
         device = images.device
         return torch.where(mask.to(device), noise.to(device), images)
 
+    def describe(self) -> str:
+        """What it does, in a few words: 'pad 1, flip, erase 0.25' (or 'none')."""
+        parts = [f"pad {self.padding}"] if self.padding else []
+        parts += ["flip"] if self.flip else []
+        parts += [f"erase {self.erase:g}"] if self.erase else []
+        return ", ".join(parts) or "none"
+
     def __repr__(self) -> str:
         erase = f", erase={self.erase:g}" if self.erase else ""
         return f"BatchAugment(padding={self.padding}, flip={self.flip}{erase})"
