@@ -431,3 +431,10 @@ def test_subsets_of_images_and_pixel_sequences_keep_their_facts() -> None:
     assert torch.equal(sub.ids, pix.ids[[3, 0]]) and torch.equal(sub.images, pix.images[[3, 0]])
     assert sub.labels.tolist() == pix.labels[[3, 0]].tolist() and sub.palette is pix.palette
     assert len(pix) == 1295 and len(sub) == 2
+
+
+def test_batch_augment_describes_itself() -> None:
+    from tfam.data.vision.augment import BatchAugment
+
+    assert BatchAugment(padding=1, flip=True, erase=0.25).describe() == "pad 1, flip, erase 0.25"
+    assert BatchAugment(padding=0, flip=False).describe() == "none"
