@@ -268,6 +268,55 @@ def test_erase_replaces_one_rectangle_with_noise():
     assert BatchAugment(erase=0.0).is_identity and not BatchAugment(erase=0.1).is_identity
 
 
+def test_mixup_blends_each_image_with_its_reversed_partner():
+    x = torch.randn(6, 2, 5, 7, generator=torch.Generator().manual_seed(0))
+    aug = BatchAugment(mixup=0.8)
+    assert aug.mixes and aug.is_identity  # __call__ leaves images alone; mix() mixes
+    out, lam = aug.mix(x, torch.Generator().manual_seed(3))
+    assert lam.shape == (6,) and lam.dtype == torch.float32 and bool((lam == lam[0]).all())
+    t = float(lam[0])
+    assert 0 < t < 1
+    torch.testing.assert_close(out, t * x + (1 - t) * x.flip(0))
+    again, lam2 = aug.mix(x, torch.Generator().manual_seed(3))
+    assert torch.equal(again, out) and torch.equal(lam2, lam)
+    # lam ~ Beta(0.8, 0.8): mean 1/2, variance 1 / (4 (2a + 1)) = 0.0962.
+    g = torch.Generator().manual_seed(0)
+    draws = torch.tensor([float(aug.mix(x[:2], g)[1][0]) for _ in range(4000)], dtype=torch.float64)
+    assert abs(float(draws.mean()) - 0.5) < 0.02
+    assert abs(float(draws.var()) - 1 / (4 * 2.6)) < 0.01
+    plain, ones = BatchAugment().mix(x)
+    assert plain is x and torch.equal(ones, torch.ones(6))
+
+
+def test_cutmix_pastes_one_box_from_the_partner_and_lam_is_the_share_kept():
+    b, h, w = 8, 12, 10
+    x = torch.arange(b, dtype=torch.float32).view(b, 1, 1, 1).expand(b, 3, h, w).clone()
+    aug = BatchAugment(cutmix=1.0)
+    g = torch.Generator().manual_seed(0)
+    boxes = 0
+    for _ in range(50):
+        out, lam = aug.mix(x, g)
+        pasted = out != x  # image i holds the value i where it kept its own pixels
+        for i in range(b):
+            assert torch.equal(out[i][pasted[i]], torch.full_like(out[i][pasted[i]], b - 1 - i))
+        box = pasted[0, 0]
+        assert torch.equal(pasted, box.expand(b, 3, h, w))  # one box, every image and channel
+        rows, cols = box.any(1), box.any(0)
+        assert torch.equal(box, rows[:, None] & cols[None, :])  # a rectangle
+        torch.testing.assert_close(lam, torch.full((b,), 1 - float(box.sum()) / (h * w)))
+        boxes += int(box.any())
+    assert boxes > 40
+    both = BatchAugment(mixup=0.8, cutmix=1.0)
+    g = torch.Generator().manual_seed(1)
+    cut = 0
+    for _ in range(400):
+        out, lam = both.mix(x, g)
+        cut += int(bool(((out == x) | (out == x.flip(0))).all()) and float(lam[0]) != 1.0)
+    assert 160 < cut < 240  # half the batches get CutMix (CUTMIX_SHARE), the rest Mixup
+    assert both.describe() == "mixup 0.8, cutmix 1"
+    assert repr(both) == "BatchAugment(padding=0, flip=False, mixup=0.8, cutmix=1)"
+
+
 def test_augment_validates_arguments():
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="padding"):
@@ -277,6 +326,10 @@ def test_augment_validates_arguments():
     for bad in (-0.1, 1.5, True, "0.2"):
         with pytest.raises(ValueError, match=r"erase=.* is invalid: expected a probability"):
             BatchAugment(erase=bad)
+    for name in ("mixup", "cutmix"):
+        for bad in (-0.5, True, "1"):
+            with pytest.raises(ValueError, match=rf"{name}=.* is invalid: expected Beta's alpha"):
+                BatchAugment(**{name: bad})
     with pytest.raises(ValueError, match="float images"):
         BatchAugment(padding=1)(torch.zeros(2, 8, 8))
 

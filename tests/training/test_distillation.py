@@ -77,6 +77,39 @@ def test_losses_equal_a_hand_computation(teacher_run: Path, kind: str, alpha, ta
     assert all(p.grad is None for p in teacher.parameters())
 
 
+def test_on_a_mixed_batch_the_class_head_weighs_both_labels_and_the_teacher_reads_the_mix(
+    teacher_run: Path,
+) -> None:
+    """Mixup/CutMix with a teacher (DeiT's recipe): the class term is lam CE(y) + (1 - lam)
+    CE(y'), the distillation term the teacher's argmax of the mixed image; the cache refuses."""
+    from tfam.data.vision.augment import BatchAugment
+
+    teacher = tfam.from_pretrained(teacher_run)
+    model = student()
+    task = ImageDistillation(teacher)
+    g = torch.Generator().manual_seed(0)
+    raw = {"images": torch.randn(6, 1, 8, 8, generator=g), "labels": torch.arange(6) % 10}
+    batch = task.augment(raw, BatchAugment(mixup=0.8), torch.Generator().manual_seed(1), None)
+    lam = batch["mix_lam"].double()
+    loss, sums = task.train_loss(model, batch, TrainConfig())
+    with torch.no_grad():
+        cls, dist = model(batch["images"], both=True)
+        t = teacher.eval()(batch["images"])
+    own = hand_loss(cls, dist, t, raw["labels"], "hard", 0.0, 1.0, 0.0)  # alpha 0: CE(y) only
+    logp = cls.double().log_softmax(-1)
+    per_own = -logp.gather(1, raw["labels"][:, None])[:, 0]
+    per_other = -logp.gather(1, raw["labels"].flip(0)[:, None])[:, 0]
+    assert torch.allclose(own, per_own.sum())
+    base = (lam * per_own + (1 - lam) * per_other).sum()
+    term = -dist.double().log_softmax(-1).gather(1, t.argmax(-1)[:, None]).sum()
+    torch.testing.assert_close(loss.double(), 0.5 * base + 0.5 * term, rtol=1e-5, atol=1e-6)
+    dominant = torch.where(lam >= 0.5, raw["labels"], raw["labels"].flip(0))
+    assert sums["correct"] == (((cls + dist) / 2).argmax(-1) == dominant).sum()
+    cached = ImageDistillation(teacher, cache=True)
+    with pytest.raises(ValueError, match="teacher_cache=True is invalid with Mixup or CutMix"):
+        cached.train_loss(model, {**batch, "index": torch.arange(6)}, TrainConfig())
+
+
 def test_the_teacher_reads_the_students_images_in_eval_mode_without_grad() -> None:
     seen: list[tuple[torch.Tensor, bool, bool]] = []
 
@@ -139,6 +172,8 @@ def test_tfam_train_deit_with_a_teacher_completes_and_resumes(
         (["--distillation", "soft"], "--distillation needs --teacher"),
         (["--teacher", "TEACHER", "--set", "distilled=false"], "has no distillation token"),
         (["--teacher", "TEACHER", "--distill-alpha", "2"], "--distill-alpha 2.0 is invalid"),
+        (["--teacher", "TEACHER", "--teacher-cache", "--cutmix", "1"],
+         "--teacher-cache is invalid with --cutmix"),
     ],
 )  # fmt: skip
 def test_bad_teachers_are_one_line(

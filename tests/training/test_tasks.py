@@ -160,3 +160,41 @@ def test_random_item_transforms_resume_exactly_with_workers(tmp_path: Path, work
         assert torch.equal(resumed[name], tensor), name
         assert torch.equal(other[name], tensor), name
     assert not math.isnan(float(next(iter(straight.values())).sum()))
+
+
+def test_mixed_images_weigh_both_labels_as_a_mixed_one_hot_target() -> None:
+    """Mixup/CutMix: ImageClassification.augment adds the partner's labels and lam; the loss
+    equals cross-entropy against lam onehot(y) + (1 - lam) onehot(y') (with the same label
+    smoothing), whole or cut into micro-batches; accuracy counts the label of larger weight."""
+    from tfam.data.vision.augment import BatchAugment
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(2 * 6 * 6, 5))
+    task = ImageClassification()
+    images = torch.randn(7, 2, 6, 6)
+    labels = torch.tensor([0, 1, 2, 3, 4, 0, 1])
+    batch = task.augment(
+        {"images": images, "labels": labels},
+        BatchAugment(mixup=0.8, cutmix=1.0),
+        torch.Generator().manual_seed(2),
+        None,
+    )
+    assert torch.equal(batch["mix_labels"], labels.flip(0)) and batch["mix_lam"].shape == (7,)
+    lam = batch["mix_lam"][:, None]
+    target = lam * F.one_hot(labels, 5) + (1 - lam) * F.one_hot(labels.flip(0), 5)
+    config = TrainConfig(label_smoothing=0.1)
+    loss, sums = task.train_loss(model, batch, config)
+    logits = model(batch["images"])
+    expected = F.cross_entropy(logits, target, reduction="sum", label_smoothing=0.1)
+    torch.testing.assert_close(loss, expected)
+    plain = F.cross_entropy(logits, target, reduction="sum")
+    torch.testing.assert_close(sums["loss"].float(), plain.detach())
+    dominant = torch.where(batch["mix_lam"] >= 0.5, labels, labels.flip(0))
+    assert sums["correct"] == (logits.argmax(-1) == dominant).sum() and sums["count"] == 7
+    parts = sum(task.train_loss(model, part, config)[0] for part in split_batch(batch, 3))
+    torch.testing.assert_close(parts, expected)
+    # Without mixing the batch keeps its two keys.
+    plain_batch = task.augment(
+        {"images": images, "labels": labels}, BatchAugment(padding=1), torch.Generator(), None
+    )
+    assert set(plain_batch) == {"images", "labels"}

@@ -297,6 +297,15 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(digits, tmp_path: Path, 
         ),
         (["gpt", "--data", "kjv", "--erase", "0.25"], "--erase is invalid for --data kjv"),
         (
+            ["vit", "--data", "digits", "--mixup", "-1"],
+            "--mixup -1.0 is invalid: expected Beta's alpha >= 0",
+        ),
+        (
+            ["igpt", "--data", "digits-pixels", "--cutmix", "1"],
+            "--cutmix 1 is invalid for --data digits-pixels: pixel sequences hold palette ids",
+        ),
+        (["gpt", "--data", "kjv", "--mixup", "0.8"], "--mixup is invalid for --data kjv"),
+        (
             ["vit", "--data", "digits", "--train-subset", "1.5"],
             "--train-subset 1.5 is invalid: expected a fraction in (0, 1) or a whole number of "
             "examples from 1 to 1295",
@@ -344,12 +353,12 @@ def test_cli_augmentation_options_are_used_and_kept_on_resume(tmp_path: Path, mo
     import tfam.data
     from tfam.cli import main
 
-    made: list[tuple[int, bool, float]] = []
+    made: list[tuple[int, bool, float, float, float]] = []
     original = tfam.data.default_augment
 
-    def spy(name, padding=None, flip=None, erase=None):
-        aug = original(name, padding=padding, flip=flip, erase=erase)
-        made.append((aug.padding, aug.flip, aug.erase))
+    def spy(name, **kw):
+        aug = original(name, **kw)
+        made.append((aug.padding, aug.flip, aug.erase, aug.mixup, aug.cutmix))
         return aug
 
     monkeypatch.setattr(tfam.data, "default_augment", spy)  # run() looks it up at call time
@@ -362,13 +371,15 @@ def test_cli_augmentation_options_are_used_and_kept_on_resume(tmp_path: Path, mo
 
     run = tmp_path / "run"
     argv = ["--epochs", "2", "--pad", "2", "--flip", "--erase", "0.25", "--max-steps", "3"]
-    assert train(run, *argv) == 0
+    assert train(run, *argv, "--mixup", "0.8", "--cutmix", "1") == 0
     saved = json.loads((run / "train_args.json").read_text())
     assert (saved["pad"], saved["flip"], saved["erase"]) == (2, True, 0.25)
+    assert (saved["mixup"], saved["cutmix"]) == (0.8, 1.0)
     assert main(["train", "vit", "--data", "digits", "--out", str(run), "--resume", "--quiet"]) == 0
-    assert made == [(2, True, 0.25), (2, True, 0.25)]  # digits' own default is (1, False, 0)
+    # digits' own default is (1, False, 0, 0, 0)
+    assert made == [(2, True, 0.25, 0.8, 1.0), (2, True, 0.25, 0.8, 1.0)]
     assert train(tmp_path / "plain", "--max-steps", "1") == 0
-    assert made[-1] == (1, False, 0.0)
+    assert made[-1] == (1, False, 0.0, 0.0, 0.0)
 
 
 def test_cli_train_subset_is_stratified_fixed_across_seeds_and_kept_on_resume(

@@ -56,6 +56,8 @@ _RUN_SETTINGS = (
     "pad",
     "flip",
     "erase",
+    "mixup",
+    "cutmix",
     "no_augment",
     "train_subset",
     "threads",
@@ -439,6 +441,7 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
     pixels = getattr(entry.info, "image_shape", None)  # pixel sequences (iGPT): (C, H, W)
     if not _has_images(entry) and pixels is None:
         flags = (("--pad", "pad"), ("--flip", "flip"), ("--erase", "erase"))
+        flags += (("--mixup", "mixup"), ("--cutmix", "cutmix"))
         given = [opt for opt, key in flags if settings[key]]
         if given:
             raise ValueError(
@@ -446,22 +449,37 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
                 "(images or pixel sequences)"
             )
         return None
-    if pixels is not None and settings["erase"]:
-        raise ValueError(
-            f"--erase {settings['erase']:g} is invalid for --data {entry.name}: pixel sequences "
-            "hold palette ids, and noise is no id (--pad and --flip move whole pixels)"
-        )
+    if pixels is not None:
+        for key, why in (("erase", "noise"), ("mixup", "a blend"), ("cutmix", "a mixed label")):
+            if settings[key]:
+                raise ValueError(
+                    f"--{key} {settings[key]:g} is invalid for --data {entry.name}: pixel "
+                    f"sequences hold palette ids, and {why} is no id (--pad and --flip move "
+                    "whole pixels)"
+                )
     if settings["no_augment"]:
         return None
     try:
         # Looked up on the module at call time (tests spy on it).
         augment = tfam.data.default_augment(
-            entry, padding=settings["pad"], flip=settings["flip"], erase=settings["erase"]
+            entry,
+            padding=settings["pad"],
+            flip=settings["flip"],
+            erase=settings["erase"],
+            mixup=settings["mixup"],
+            cutmix=settings["cutmix"],
         )
         augment.check_image_size(entry.info.image_size if pixels is None else tuple(pixels[1:]))
     except ValueError as err:
         raise option_error(
-            err, {"padding": "--pad", "flip": "--flip", "erase": "--erase"}
+            err,
+            {
+                "padding": "--pad",
+                "flip": "--flip",
+                "erase": "--erase",
+                "mixup": "--mixup",
+                "cutmix": "--cutmix",
+            },
         ) from None
     return augment  # pixel sequences move their ids (PixelDataset.augment_ids)
 

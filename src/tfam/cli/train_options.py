@@ -18,7 +18,8 @@ from tfam.cli.train_help import objective
 
 
 def add_augmentation_options(p: argparse.ArgumentParser) -> None:
-    """--no-augment, --pad, --flip, --erase and --train-subset; saved with the run."""
+    """--no-augment, --pad, --flip, --erase, --mixup, --cutmix and --train-subset; saved with
+    the run."""
     a = p.add_argument_group(
         "augmentation (defaults per dataset, see below) and the training subset"
     )
@@ -26,7 +27,7 @@ def add_augmentation_options(p: argparse.ArgumentParser) -> None:
         "--no-augment",
         action="store_true",
         default=None,
-        help="no augmentation (= --pad 0 --no-flip --erase 0)",
+        help="no augmentation (= --pad 0 --no-flip --erase 0, no mixing)",
     )
     a.add_argument(
         "--pad",
@@ -49,6 +50,24 @@ def add_augmentation_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="random erasing: with probability P, one rectangle of 2-33%% of the image becomes "
         "noise (DeiT's recipe: 0.25; default 0; images only, not pixel sequences)",
+    )
+    a.add_argument(
+        "--mixup",
+        type=float,
+        metavar="ALPHA",
+        default=None,
+        help="Mixup: each batch blends with itself reversed, x = lam x_i + (1 - lam) x_j, lam ~ "
+        "Beta(ALPHA, ALPHA), and the loss weighs both labels so (DeiT's recipe: 0.8; default "
+        "0 = off; image classification only)",
+    )
+    a.add_argument(
+        "--cutmix",
+        type=float,
+        metavar="ALPHA",
+        default=None,
+        help="CutMix: a box of about 1 - lam of the image comes from its partner, lam ~ "
+        "Beta(ALPHA, ALPHA) (DeiT's recipe: 1.0; with --mixup, half the batches get each; "
+        "default 0 = off)",
     )
     a.add_argument(
         "--train-subset",
@@ -184,6 +203,13 @@ def distillation(
     alpha = 0.5 if settings["distill_alpha"] is None else settings["distill_alpha"]
     tau = 1.0 if settings["distill_tau"] is None else settings["distill_tau"]
     cache = bool(settings["teacher_cache"])
+    mixing = [opt for opt in ("mixup", "cutmix") if settings.get(opt)]
+    if cache and mixing and not settings.get("no_augment"):
+        raise ValueError(
+            f"--teacher-cache is invalid with --{mixing[0]}: the cache holds the teacher's "
+            "logits of the stored images, and a mixed image is none of them (drop "
+            "--teacher-cache: the teacher then reads every mixed view, as DeiT's does)"
+        )
     return "image-distillation", {"kind": kind, "alpha": alpha, "tau": tau, "cache": cache}
 
 

@@ -131,16 +131,21 @@ def default_augment(
     padding: int | None = None,
     flip: bool | None = None,
     erase: float | None = None,
+    mixup: float | None = None,
+    cutmix: float | None = None,
 ) -> BatchAugment:
     """The augmentation tfam trains a dataset with (its catalog entry's ``augment``), with
-    ``padding``, ``flip`` or ``erase`` (random erasing's probability; default none) overridden
-    when given. Fill is supplied by the dataset."""
+    ``padding``, ``flip``, ``erase`` (random erasing's probability), ``mixup`` or ``cutmix``
+    (their Beta alphas) overridden when given; the last three default to none. Fill is
+    supplied by the dataset."""
     entry = name if isinstance(name, DatasetEntry) else resolve_data(name)
     default_padding, default_flip = entry.augment
     return BatchAugment(
         padding=default_padding if padding is None else padding,
         flip=default_flip if flip is None else flip,
         erase=0.0 if erase is None else erase,
+        mixup=0.0 if mixup is None else mixup,
+        cutmix=0.0 if cutmix is None else cutmix,
     )
 
 

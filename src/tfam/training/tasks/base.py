@@ -34,6 +34,8 @@ __all__ = [
     "Task",
     "TokenTask",
     "batch_length",
+    "dominant_labels",
+    "mixed_cross_entropy",
     "split_batch",
     "token_cross_entropy",
 ]
@@ -100,6 +102,42 @@ def token_cross_entropy(
     with torch.no_grad():
         plain = F.cross_entropy(flat, flat_labels, ignore_index=IGNORE_INDEX, reduction="sum")
     return loss, plain
+
+
+def mixed_cross_entropy(
+    logits: Tensor,
+    labels: Tensor,
+    label_smoothing: float = 0.0,
+    mix_labels: Tensor | None = None,
+    mix_lam: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Cross-entropy summed over images, against two labels where the batch was mixed (Mixup,
+    CutMix): per image lam CE(z, y) + (1 - lam) CE(z, y'), the same as CE against the mixed
+    one-hot target. logits (B, K), labels, mix_labels and mix_lam (B,) -> (loss to minimise
+    (with label smoothing), plain loss (detached when smoothing)). Without ``mix_labels``:
+    :func:`token_cross_entropy`."""
+    if mix_labels is None or mix_lam is None:
+        return token_cross_entropy(logits, labels, label_smoothing)
+    lam = mix_lam.to(logits.dtype)
+
+    def mixed(smoothing: float) -> Tensor:
+        own = F.cross_entropy(logits, labels, reduction="none", label_smoothing=smoothing)
+        other = F.cross_entropy(logits, mix_labels, reduction="none", label_smoothing=smoothing)
+        return (lam * own + (1 - lam) * other).sum()
+
+    loss = mixed(label_smoothing)
+    if label_smoothing == 0:
+        return loss, loss
+    with torch.no_grad():
+        return loss, mixed(0.0)
+
+
+def dominant_labels(batch: Batch) -> Tensor:
+    """Per image, the label of the larger weight in a mixed batch (its own at lam >= 1/2):
+    what training accuracy counts; the labels themselves when the batch was not mixed."""
+    if "mix_lam" not in batch:
+        return batch["labels"]
+    return torch.where(batch["mix_lam"] >= 0.5, batch["labels"], batch["mix_labels"])
 
 
 def split_batch(batch: Batch, parts: int) -> list[Batch]:
@@ -258,7 +296,9 @@ class CrossEntropyTask(BaseTask):
     """Cross-entropy of ``logits (..., V)`` against ``labels (...)``, counted where the label
     is not -100: ``count`` is the counted labels; the training loss is summed over them (with
     ``config.label_smoothing``); metric sums ``loss`` (plain cross-entropy), ``correct`` (argmax
-    right) and ``count``; metrics ``loss`` and ``acc``, means per counted label.
+    right) and ``count``; metrics ``loss`` and ``acc``, means per counted label. A batch mixed
+    by Mixup or CutMix (``mix_labels`` and ``mix_lam`` beside ``labels``) trains on both labels
+    (:func:`mixed_cross_entropy`) and counts the label of the larger weight as right.
 
     A subclass gives :meth:`logits` and may check or complete a batch before the forward
     (:meth:`training_batch`, :meth:`evaluation_batch`), add sums (:meth:`sums`) and metrics
@@ -296,12 +336,13 @@ class CrossEntropyTask(BaseTask):
         self, model: nn.Module, batch: Batch, config: Any
     ) -> tuple[Tensor, dict[str, Tensor]]:
         batch = self.training_batch(model, batch)
-        labels = batch["labels"]
         logits = self.logits(model, batch)
         smoothing = float(getattr(config, "label_smoothing", 0.0))
-        loss, plain = token_cross_entropy(logits, labels, smoothing)
+        loss, plain = mixed_cross_entropy(
+            logits, batch["labels"], smoothing, batch.get("mix_labels"), batch.get("mix_lam")
+        )
         with torch.no_grad():
-            sums = self.sums(logits, labels, plain)
+            sums = self.sums(logits, dominant_labels(batch), plain)
         return loss, sums
 
     def eval_sums(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:

@@ -10,7 +10,10 @@ same augmented images, in eval mode and without gradients. Per image, with psi =
 - soft (Eq. 2, Hinton et al.'s):  L = (1 - a) CE(psi(Z_cls), y)
                                        + a tau^2 KL(psi(Z_t / tau) || psi(Z_dist / tau)).
 
-The class term takes ``label_smoothing`` (DeiT's recipe smooths the labels, not the teacher's).
+The class term takes ``label_smoothing`` (DeiT's recipe smooths the labels, not the teacher's),
+and on a batch mixed by Mixup or CutMix it weighs the two labels by lam and 1 - lam, while the
+teacher reads the mixed image and its term is unchanged (DeiT's: the teacher's argmax of the
+mixed image is the distillation head's one label).
 The sums are over images (the trainer divides by the global batch's images), so the KL is per
 image, summed over classes, as the paper writes it (the DeiT repository divides it by B * K).
 Evaluation and the metrics are image classification's: ``loss`` and ``acc`` of the prediction,
@@ -34,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tfam.training.tasks.base import Batch, model_config, token_cross_entropy
+from tfam.training.tasks.base import Batch, dominant_labels, mixed_cross_entropy, model_config
 from tfam.training.tasks.image_classification import ImageClassification
 
 __all__ = ["DISTILLATION_KINDS", "ImageDistillation", "distillation_loss"]
@@ -52,10 +55,14 @@ def distillation_loss(
     alpha: float = 0.5,
     tau: float = 1.0,
     label_smoothing: float = 0.0,
+    mix_labels: Tensor | None = None,
+    mix_lam: Tensor | None = None,
 ) -> Tensor:
     """The DeiT loss summed over the batch: logits (B, K) of the class head, the distillation
-    head and the teacher, labels (B,) -> a scalar (see the module docstring)."""
-    base, _ = token_cross_entropy(cls_logits, labels, label_smoothing)  # sum_i CE(Z_cls, y)
+    head and the teacher, labels (B,) (and, on a mixed batch, the partner's labels and lam
+    (B,)) -> a scalar (see the module docstring)."""
+    # sum_i CE(Z_cls, y), or lam CE(Z_cls, y) + (1 - lam) CE(Z_cls, y') on a mixed batch
+    base, _ = mixed_cross_entropy(cls_logits, labels, label_smoothing, mix_labels, mix_lam)
     if kind == "hard":
         teacher_labels = teacher_logits.argmax(dim=-1)  # y_t = argmax_c Z_t(c)
         teacher_term = F.cross_entropy(dist_logits, teacher_labels, reduction="sum")
@@ -217,6 +224,12 @@ class ImageDistillation(ImageClassification):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         batch = self.training_batch(model, batch)
         images, labels = batch["images"], batch["labels"]
+        if self.cache and "mix_lam" in batch:
+            raise ValueError(
+                "teacher_cache=True is invalid with Mixup or CutMix: the cache holds the "
+                "teacher's logits of the stored images, and a mixed image is none of them (run "
+                "the teacher on every view: drop --teacher-cache)"
+            )
         cls_logits, dist_logits = (z.float() for z in model(images, both=True))
         if self.cache and "index" in batch:
             teacher = self.cached_teacher_logits(batch, int(batch["dataset_size"][0]))
@@ -236,8 +249,13 @@ class ImageDistillation(ImageClassification):
             alpha=self.alpha,
             tau=self.tau,
             label_smoothing=float(getattr(config, "label_smoothing", 0.0)),
+            mix_labels=batch.get("mix_labels"),
+            mix_lam=batch.get("mix_lam"),
         )
         with torch.no_grad():
             prediction = (cls_logits + dist_logits) / 2  # what evaluation scores
-            sums = self.sums(prediction, labels, token_cross_entropy(prediction, labels)[1])
+            plain = mixed_cross_entropy(
+                prediction, labels, 0.0, batch.get("mix_labels"), batch.get("mix_lam")
+            )[1]
+            sums = self.sums(prediction, dominant_labels(batch), plain)
         return loss, sums

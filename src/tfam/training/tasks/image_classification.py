@@ -18,7 +18,11 @@ class ImageClassification(CrossEntropyTask):
 
     Training loss: cross-entropy with ``config.label_smoothing``. Metrics: ``loss`` (plain
     cross-entropy, so train and evaluation compare) and ``acc`` (top-1), both means over images
-    (:class:`CrossEntropyTask`'s, every label counted).
+    (:class:`CrossEntropyTask`'s, every label counted). An augmentation that mixes batches
+    (``BatchAugment(mixup=..., cutmix=...)``) adds ``mix_labels`` and ``mix_lam`` (B,) to a
+    training batch, and :class:`CrossEntropyTask`'s loss weighs both labels
+    (:func:`~tfam.training.tasks.base.mixed_cross_entropy`); training accuracy counts the
+    label of the larger weight.
     Datasets: a ``get_batch(indices) -> (images, labels)`` method is the fast path; otherwise
     items ``(image, label)`` are collated.
     """
@@ -50,7 +54,16 @@ class ImageClassification(CrossEntropyTask):
             images = fn(batch["images"], generator, fill=dataset.black)
         else:
             images = fn(batch["images"], generator)
-        return {**batch, "images": images}
+        if not getattr(fn, "mixes", False):
+            return {**batch, "images": images}
+        # Mixup / CutMix: image i meets image B-1-i, so its second label is the reversed batch's.
+        images, lam = fn.mix(images, generator)
+        return {
+            **batch,
+            "images": images,
+            "mix_labels": batch["labels"].flip(0),
+            "mix_lam": lam.to(images.device),
+        }
 
     def logits(self, model: nn.Module, batch: Batch) -> Tensor:
         return model(batch["images"]).float()
