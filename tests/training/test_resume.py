@@ -29,7 +29,8 @@ from tfam.training import (
 from tfam.training.trainer import KILL_ENV
 
 # 3 epochs of ceil(1437 / 64) = 23 steps, checkpoints every 5 steps and at epoch ends, with the
-# default digits augmentation (so the augmentation generator is part of what must resume).
+# default digits augmentation and Mixup/CutMix (so the augmentation generator, and the mixing
+# drawn from it, are part of what must resume).
 CLI_RUN = [
     "train",
     "vit",
@@ -47,6 +48,10 @@ CLI_RUN = [
     "64",
     "--save-every",
     "5",
+    "--mixup",
+    "0.8",
+    "--cutmix",
+    "1.0",
     "--threads",
     "1",
     "--quiet",
