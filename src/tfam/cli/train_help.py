@@ -81,6 +81,9 @@ EPILOG_HEAD = """examples:
   tfam train vit --data fashion-mnist --max-steps 20 --out /tmp/smoke   quick smoke run
   tfam train cnn --data fashion-mnist --train-subset 0.1        10% of the training images
       (each class its share, the same images for every --seed): small-data runs
+  tfam train deit --data fashion-mnist --teacher runs/cnn --erase 0.25 --mixup 0.8 --cutmix 1
+      DeiT's recipe: a CNN teacher reads every erased, mixed view; its argmax is the
+      distillation head's label, while the class head learns both mixed labels
   tfam train vit --data photos/ --out runs/photos               your images: one sub-folder per
       class (or timm's train/ val/ test/), any size; the model is sized from them (header says)
   tfam train vit --data photos/ --init runs/digits              fine-tune: runs/digits' model,
