@@ -34,6 +34,7 @@ from tfam.cli.train_help import (  # noqa: F401  (DATASET_DEFAULTS: re-exported)
     recipes_text,
 )
 from tfam.cli.train_options import (
+    AUGMENT_OPTIONS,
     DISTILL_OPTIONS,
     add_augmentation_options,
     add_distillation_options,
@@ -440,9 +441,7 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
 
     pixels = getattr(entry.info, "image_shape", None)  # pixel sequences (iGPT): (C, H, W)
     if not _has_images(entry) and pixels is None:
-        flags = (("--pad", "pad"), ("--flip", "flip"), ("--erase", "erase"))
-        flags += (("--mixup", "mixup"), ("--cutmix", "cutmix"))
-        given = [opt for opt, key in flags if settings[key]]
+        given = [opt for key, opt in AUGMENT_OPTIONS.values() if settings[key]]
         if given:
             raise ValueError(
                 f"{given[0]} is invalid for --data {entry.name}: augmentation is for image data "
@@ -461,26 +460,12 @@ def _augment(entry: Any, settings: dict[str, Any]) -> Any:
         return None
     try:
         # Looked up on the module at call time (tests spy on it).
-        augment = tfam.data.default_augment(
-            entry,
-            padding=settings["pad"],
-            flip=settings["flip"],
-            erase=settings["erase"],
-            mixup=settings["mixup"],
-            cutmix=settings["cutmix"],
-        )
+        given = {field: settings[key] for field, (key, _) in AUGMENT_OPTIONS.items()}
+        augment = tfam.data.default_augment(entry, **given)
         augment.check_image_size(entry.info.image_size if pixels is None else tuple(pixels[1:]))
     except ValueError as err:
-        raise option_error(
-            err,
-            {
-                "padding": "--pad",
-                "flip": "--flip",
-                "erase": "--erase",
-                "mixup": "--mixup",
-                "cutmix": "--cutmix",
-            },
-        ) from None
+        options = {field: opt for field, (_, opt) in AUGMENT_OPTIONS.items()}
+        raise option_error(err, options) from None
     return augment  # pixel sequences move their ids (PixelDataset.augment_ids)
 
 

@@ -16,6 +16,15 @@ from typing import Any
 
 from tfam.cli.train_help import objective
 
+# BatchAugment's fields (tfam.data.default_augment's arguments) -> (the run setting, the option).
+AUGMENT_OPTIONS = {
+    "padding": ("pad", "--pad"),
+    "flip": ("flip", "--flip"),
+    "erase": ("erase", "--erase"),
+    "mixup": ("mixup", "--mixup"),
+    "cutmix": ("cutmix", "--cutmix"),
+}
+
 
 def add_augmentation_options(p: argparse.ArgumentParser) -> None:
     """--no-augment, --pad, --flip, --erase, --mixup, --cutmix and --train-subset; saved with
