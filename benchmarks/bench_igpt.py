@@ -92,6 +92,7 @@ def pretrain(args: argparse.Namespace) -> Path:
         ("--max-minutes", args.max_minutes),
         ("--pad", args.pad),
         ("--threads", args.threads),
+        ("--ema", args.ema),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -387,6 +388,13 @@ def main() -> None:
     )
     p.add_argument(
         "--threads", type=int, default=None, help="pre-training threads (default: the recipe's)"
+    )
+    p.add_argument(
+        "--ema",
+        type=float,
+        default=None,
+        help="pre-train with a weight average of this decay (tfam train --ema); the completions "
+        "and the probe read the average",
     )
     p.add_argument(
         "--refit",

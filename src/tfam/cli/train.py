@@ -749,6 +749,12 @@ def run(args: argparse.Namespace) -> int:
         )
         if augment is not None:
             print(f"augmentation: {augment.describe()}", flush=True)
+        if config.ema is not None:
+            print(
+                f"weight average: ema {config.ema:g} (validation, the best epoch, the test "
+                "score and the saved model use it)",
+                flush=True,
+            )
     run_args = {
         "command": "train",
         "family": args.family,

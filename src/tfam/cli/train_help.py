@@ -84,6 +84,8 @@ EPILOG_HEAD = """examples:
   tfam train deit --data fashion-mnist --teacher runs/cnn --erase 0.25 --mixup 0.8 --cutmix 1
       DeiT's recipe: a CNN teacher reads every erased, mixed view; its argmax is the
       distillation head's label, while the class head learns both mixed labels
+  tfam train igpt --data digits-pixels --ema 0.999               keep an average of the weights
+      (Polyak; timm's --model-ema): it is validated, tested and saved in their place
   tfam train vit --data photos/ --out runs/photos               your images: one sub-folder per
       class (or timm's train/ val/ test/), any size; the model is sized from them (header says)
   tfam train vit --data photos/ --init runs/digits              fine-tune: runs/digits' model,

@@ -37,6 +37,7 @@ RESUME_FIELDS = (
     "precision",
     "seed",
     "refit",
+    "ema",
 )
 
 
@@ -178,6 +179,14 @@ class TrainConfig:
         default=None,
         metadata=_help("start from trained weights: a run directory or a model preset name"),
     )
+    ema: float | None = field(
+        default=None,
+        metadata=_help(
+            "keep an exponential moving average of the weights with this decay, in (0, 1) "
+            "(e.g. 0.999; warmed up as min(d, (1 + n) / (10 + n))); validation, the best epoch, "
+            "the test score and the saved model use the average; none: the weights themselves"
+        ),
+    )
 
     def __post_init__(self) -> None:
         def positive_int(name: str, allow_zero: bool = False, hi: int | None = None) -> None:
@@ -265,6 +274,10 @@ class TrainConfig:
             raise ValueError(
                 f"init={self.init!r} is invalid: expected a run directory or a model preset name"
             )
+        if self.ema is not None:
+            v = self.ema
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1:
+                raise ValueError(f"ema={v!r} is invalid: expected a decay in (0, 1), e.g. 0.999")
         if not isinstance(self.refit, bool):
             raise ValueError(f"refit={self.refit!r} is invalid: expected True or False")
 

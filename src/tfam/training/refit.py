@@ -338,6 +338,8 @@ class RefitMixin:
         )
         sharding.load_full_model_weights(self.model, self._initial_weights, self._sharded)
         self._initial_weights = None
+        if self.ema is not None:
+            self.ema.reset(self.model)
         self.phase = 2
         self.epoch = self.batch_in_epoch = 0
         self.permutation = self.batch_offsets = None

@@ -172,6 +172,8 @@ class RunStateMixin:
             "refit_init": self._initial_weights if self.phase == 1 else None,
             # Which epoch's weights are kept as the best (tfam.training.best), and where.
             "best": self._best_state(),
+            # The weight average (tfam.training.ema), with ema.
+            "ema": self.ema.state_dict() if self.ema is not None else None,
             "config": self.config.to_dict(),
             "model_config": model_config.to_dict() if hasattr(model_config, "to_dict") else None,
         }
@@ -186,6 +188,7 @@ class RunStateMixin:
         saved_cfg.setdefault("schedule", "cosine")
         saved_cfg.setdefault("batch_tokens", None)
         saved_cfg.setdefault("refit", False)
+        saved_cfg.setdefault("ema", None)
         mine = self.config.to_dict()
         for name in RESUME_FIELDS:
             a, b = saved_cfg.get(name), mine[name]
@@ -254,6 +257,8 @@ class RunStateMixin:
         self.history = [dict(r) for r in state["history"]]
         self.stopped_early = bool(state.get("stopped_early", False))
         self._load_best_state(state)
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"])
         self._elapsed_base = float(state["elapsed"])
         self._t0 = now()
         if saved_epochs != self.config.epochs:

@@ -86,6 +86,7 @@ from tfam.training.devices import (
     place_extra_models,
     resolve_device,
 )
+from tfam.training.ema import WeightEMA
 from tfam.training.init_weights import load_init_weights
 from tfam.training.metrics import MetricsLogger
 from tfam.training.refit import RefitMixin, RefitPlan
@@ -163,6 +164,14 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
             else []
         )
         model.to(self.device)
+        if config.ema is not None and self._sharded:
+            raise ValueError(
+                f"ema={config.ema} is invalid with fsdp=True: each process holds a shard of the "
+                "weights, and the average needs them whole; use DDP (fsdp=False) or ema=None"
+            )
+        # The average of the weights (tfam.training.ema): evaluated and saved in their place.
+        self.ema = WeightEMA(model, config.ema) if config.ema is not None else None
+        self._ema_in_model = False  # True once the run's end has put the average in the model
         self.train_model: nn.Module = D.wrap_model(model, self.dist, self.device, config.fsdp)
         if config.compile:
             check_compile_available(self.device)
@@ -262,6 +271,8 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
         else:
             self.optimizer.step()
         self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update(self.model)
         return values
 
     def train_step(self, x: Tensor, y: Tensor) -> tuple[float, int]:
@@ -271,6 +282,20 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
         return sums["loss"], int(sums["correct"])
 
     # -- evaluation ---------------------------------------------------------------------------
+    def _evaluated_weights(self) -> contextlib.AbstractContextManager[Any]:
+        """While a run trains, evaluations (and the best epoch's copy) see the weight average
+        when there is one (``ema``); once the run's end has put it into the model, the model
+        as it is."""
+        if self.ema is None or self._ema_in_model:
+            return contextlib.nullcontext()
+        return self.ema.swapped(self.model)
+
+    def _use_average(self) -> None:
+        """At the run's end: the average becomes the model (tested, saved)."""
+        if self.ema is not None and not self._ema_in_model:
+            self.ema.copy_to(self.model)
+            self._ema_in_model = True
+
     @torch.inference_mode()
     def evaluate_metrics(
         self, dataset: Any = None, limit: int | None = None
@@ -305,18 +330,19 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
             keep.append(local.numel() > 0)
             chunks.append(local if local.numel() > 0 else torch.zeros(1, dtype=torch.int64))
         sums: dict[str, Tensor] = {}
-        try:
-            for batch, use in zip(self._batches(dataset, chunks, epoch=-1), keep):
-                if self._stop_requested and not self.dist.enabled:
-                    return None
-                batch = move_batch(batch, self.device)
-                with self._autocast():
-                    part = self.task.eval_sums(model, batch)
-                for k, v in part.items():
-                    v = v if use else v * 0
-                    sums[k] = sums[k] + v if k in sums else v
-        finally:
-            model.train(was_training)
+        with self._evaluated_weights():
+            try:
+                for batch, use in zip(self._batches(dataset, chunks, epoch=-1), keep):
+                    if self._stop_requested and not self.dist.enabled:
+                        return None
+                    batch = move_batch(batch, self.device)
+                    with self._autocast():
+                        part = self.task.eval_sums(model, batch)
+                    for k, v in part.items():
+                        v = v if use else v * 0
+                        sums[k] = sums[k] + v if k in sums else v
+            finally:
+                model.train(was_training)
         values = {k: float(v) for k, v in sums.items()}
         values = D.all_reduce_sums(values, self.dist, self._reduce_device)
         return self.task.reduce(values)
@@ -393,6 +419,7 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
         if stopped:  # max_steps or max_minutes
             self.save()
             self._say_limit()
+        self._use_average()  # with ema, the average is the model tested and saved
         return self._finish(stopped_early=stopped or self.stopped_early)
 
     def _epoch_batches(self) -> Iterator[Batch]:
@@ -484,7 +511,8 @@ class Trainer(RunStateMixin, ReportingMixin, ControlMixin, RefitMixin, BestMixin
             and self._epochs_since_best() >= cfg.patience
         ):
             self.stopped_early = True
-        self._remember_best(row)  # before the checkpoint that refers to it
+        with self._evaluated_weights():
+            self._remember_best(row)  # before the checkpoint that refers to it
         replanned = self._budget_replan(now() - started)  # max_minutes: the plan goes with it
         self.save()
         if self.dist.is_main:
