@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import signal
 from collections.abc import Callable
 
 import numpy as np
@@ -134,6 +135,26 @@ def _seed_everything() -> None:
     random.seed(SEED)
     np.random.seed(SEED)
     torch.manual_seed(SEED)
+
+
+class _SigintAt:
+    """An augmentation that delivers Ctrl-C (SIGINT) to the process on its k-th call (k = 0:
+    never): a run stopped at a known step, from inside the training loop."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.calls = k, 0
+
+    def __call__(self, images: Tensor, generator: torch.Generator) -> Tensor:
+        self.calls += 1
+        if self.calls == self.k:
+            signal.raise_signal(signal.SIGINT)
+        return images
+
+
+@pytest.fixture
+def sigint_at() -> type[_SigintAt]:
+    """``sigint_at(k)``: an augmentation that presses Ctrl-C on its k-th call."""
+    return _SigintAt
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ bit, a refit starts the average afresh, and the command line keeps the option on
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
@@ -177,32 +176,23 @@ def test_validation_best_epoch_and_saved_model_are_the_average(digits, tmp_path:
     assert result.final_test_acc == pytest.approx(acc, abs=1e-6)
 
 
-class SigintAt:
-    """An augmentation that delivers Ctrl-C (SIGINT) to the process on its k-th call."""
-
-    def __init__(self, k: int) -> None:
-        self.k, self.calls = k, 0
-
-    def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        self.calls += 1
-        if self.calls == self.k:
-            signal.raise_signal(signal.SIGINT)
-        return images
-
-
-def test_ctrl_c_then_resume_is_bit_exact_with_the_average(digits, tmp_path: Path) -> None:
+def test_ctrl_c_then_resume_is_bit_exact_with_the_average(
+    digits, tmp_path: Path, sigint_at
+) -> None:
     fit, val, test = digits
     config = TrainConfig(epochs=2, batch_size=128, lr=2e-3, ema=0.95, progress=False, quiet=True)
     reference = tiny_vit()
     Trainer(
-        reference, fit, test, config, out_dir=tmp_path / "a", val_set=val, augment=SigintAt(0)
+        reference, fit, test, config, out_dir=tmp_path / "a", val_set=val, augment=sigint_at(0)
     ).fit()
     out = tmp_path / "b"
-    stopped = Trainer(tiny_vit(), fit, test, config, out_dir=out, val_set=val, augment=SigintAt(13))
+    stopped = Trainer(
+        tiny_vit(), fit, test, config, out_dir=out, val_set=val, augment=sigint_at(13)
+    )
     with pytest.raises(KeyboardInterrupt):
         stopped.fit()
     model = tiny_vit(seed=123)
-    Trainer(model, fit, test, config, out_dir=out, val_set=val, augment=SigintAt(0)).fit(
+    Trainer(model, fit, test, config, out_dir=out, val_set=val, augment=sigint_at(0)).fit(
         resume=True
     )
     for name, tensor in reference.state_dict().items():

@@ -4,7 +4,6 @@ both batch paths agree, bf16 runs, and Ctrl-C leaves a checkpoint that resumes e
 from __future__ import annotations
 
 import json
-import signal
 import struct
 from pathlib import Path
 
@@ -227,28 +226,17 @@ def test_bf16_autocast_trains(digits) -> None:
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-class SigintAt:
-    """An augmentation that delivers Ctrl-C (SIGINT) to the process on its k-th call."""
-
-    def __init__(self, k: int) -> None:
-        self.k, self.calls = k, 0
-
-    def __call__(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        self.calls += 1
-        if self.calls == self.k:
-            signal.raise_signal(signal.SIGINT)
-        return images
-
-
-def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(digits, tmp_path: Path, capsys) -> None:
+def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(
+    digits, tmp_path: Path, capsys, sigint_at
+) -> None:
     train, test = digits
     config = TrainConfig(epochs=2, batch_size=128, lr=2e-3, progress=False, quiet=True)
 
     reference = tiny_vit()
-    Trainer(reference, train, test, config, out_dir=tmp_path / "a", augment=SigintAt(0)).fit()
+    Trainer(reference, train, test, config, out_dir=tmp_path / "a", augment=sigint_at(0)).fit()
 
     out = tmp_path / "b"
-    stopped = Trainer(tiny_vit(), train, test, config, out_dir=out, augment=SigintAt(16))
+    stopped = Trainer(tiny_vit(), train, test, config, out_dir=out, augment=sigint_at(16))
     with pytest.raises(KeyboardInterrupt):
         stopped.fit()
     assert "resume with" in capsys.readouterr().err
@@ -258,7 +246,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(digits, tmp_path: Path, 
     assert not (out / "model.safetensors").exists()  # the final model is not written yet
 
     model = tiny_vit(seed=123)  # other init: every weight must come from the checkpoint
-    Trainer(model, train, test, config, out_dir=out, augment=SigintAt(0)).fit(resume=True)
+    Trainer(model, train, test, config, out_dir=out, augment=sigint_at(0)).fit(resume=True)
     for name, tensor in reference.state_dict().items():
         assert torch.equal(model.state_dict()[name], tensor), name
 
