@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -130,6 +131,21 @@ def test_the_teacher_reads_the_students_images_in_eval_mode_without_grad() -> No
                     TrainConfig())  # fmt: skip
     [(x, training, grad)] = seen
     assert x is images and not training and not grad
+
+
+def test_a_conv_teacher_runs_channels_last_with_the_same_logits() -> None:
+    torch.manual_seed(0)
+    cnn = tfam.create_model("resnet_digits").eval()
+    contiguous = copy.deepcopy(cnn)
+    task = ImageDistillation(cnn)
+    convs = [m.weight for m in cnn.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(
+        w.is_contiguous(memory_format=torch.channels_last) for w in convs if w.shape[1] > 1
+    )
+    images = torch.randn(16, 1, 8, 8)
+    with torch.no_grad():
+        expected = contiguous(images)
+    torch.testing.assert_close(task.teacher_logits(images), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_student_without_distillation_token_is_refused_in_one_line() -> None:

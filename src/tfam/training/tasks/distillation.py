@@ -114,7 +114,11 @@ class ImageDistillation(ImageClassification):
             raise ValueError(f"distill_tau={tau!r} is invalid: expected a number > 0")
         if not isinstance(cache, bool):
             raise ValueError(f"teacher_cache={cache!r} is invalid: expected True or False")
-        self.teacher = teacher.eval().requires_grad_(False)
+        # The teacher only runs forward: its conv weights go to channels-last (NHWC) memory,
+        # where oneDNN's and cuDNN's convolutions run faster (values unchanged; the caller's
+        # module is converted in place). The student stays as it is: torch 2.13's CPU backward
+        # of a strided 1x1 conv with channels-last weights crashes.
+        self.teacher = teacher.eval().requires_grad_(False).to(memory_format=torch.channels_last)
         self.kind, self.alpha, self.tau = kind, float(alpha), float(tau)
         self.cache = cache
         # Per training dataset (by id): the teacher's logits (N, K) and which rows are filled.
