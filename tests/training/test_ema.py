@@ -235,3 +235,17 @@ def test_cli_ema_is_checked_and_kept_on_resume(tmp_path: Path, capsys) -> None:
     args = json.loads((out / "train_args.json").read_text())
     assert args["train_config"]["ema"] == 0.9
     assert read_checkpoint(out / "checkpoints" / "last.pt")["ema"]["updates"] == 2 * 6
+
+
+def test_in_memory_run_keeps_the_best_average(digits) -> None:
+    """Without out_dir the best epoch's average is kept in memory; the model the run ends with
+    scores that epoch's validation metrics again."""
+    fit, val, test = digits
+    config = TrainConfig(epochs=4, batch_size=64, lr=3e-3, ema=0.9, progress=False, quiet=True)
+    trainer = Trainer(tiny_vit(), fit, test, config, val_set=val)
+    result = trainer.fit()
+    best = max(trainer.history, key=lambda r: (r["val_acc"], -r["epoch"]))
+    again = trainer.evaluate_metrics(val)
+    assert result.saved["epoch"] == best["epoch"]
+    assert again["acc"] == pytest.approx(best["val_acc"], abs=1e-12)
+    assert again["loss"] == pytest.approx(best["val_loss"], rel=1e-6)
