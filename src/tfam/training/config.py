@@ -11,6 +11,7 @@ from typing import Any
 
 from tfam.training.batching import EVAL_BATCH_TOKENS
 from tfam.training.devices import PRECISIONS
+from tfam.training.ema import check_decay
 from tfam.training.optim import SCHEDULES
 
 __all__ = ["MAX_SEED", "RESUME_FIELDS", "TrainConfig"]
@@ -275,9 +276,7 @@ class TrainConfig:
                 f"init={self.init!r} is invalid: expected a run directory or a model preset name"
             )
         if self.ema is not None:
-            v = self.ema
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1:
-                raise ValueError(f"ema={v!r} is invalid: expected a decay in (0, 1), e.g. 0.999")
+            check_decay(self.ema)
         if not isinstance(self.refit, bool):
             raise ValueError(f"refit={self.refit!r} is invalid: expected True or False")
 

@@ -25,7 +25,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["WeightEMA"]
+__all__ = ["WeightEMA", "check_decay"]
+
+
+def check_decay(decay: object) -> float:
+    """``decay`` as a float in (0, 1), or the one-line error that names ``ema``."""
+    if isinstance(decay, bool) or not isinstance(decay, float | int) or not 0 < decay < 1:
+        raise ValueError(f"ema={decay!r} is invalid: expected a decay in (0, 1), e.g. 0.999")
+    return float(decay)
 
 
 class WeightEMA:
@@ -36,9 +43,7 @@ class WeightEMA:
     of memory)."""
 
     def __init__(self, model: nn.Module, decay: float) -> None:
-        if not isinstance(decay, float | int) or isinstance(decay, bool) or not 0 < decay < 1:
-            raise ValueError(f"ema={decay!r} is invalid: expected a decay in (0, 1), e.g. 0.999")
-        self.decay = float(decay)
+        self.decay = check_decay(decay)
         self.updates = 0
         self.shadow: dict[str, Tensor] = {}
         self.reset(model)
